@@ -1,0 +1,52 @@
+"""The native extension's process-wide settings: ISA level and thread count, read once at import."""
+from __future__ import annotations
+
+import os
+
+from lowbit import _native
+
+
+def _init() -> None:
+    isa = os.environ.get("LOWBIT_ISA", "auto")
+    try:
+        _native.set_isa(isa)
+    except ValueError as e:
+        raise RuntimeError(str(e)) from None
+    env = os.environ.get("LOWBIT_THREADS")
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise RuntimeError(f"LOWBIT_THREADS must be a positive integer, got {env!r}") from None
+        if n < 1:
+            raise RuntimeError(f"LOWBIT_THREADS must be a positive integer, got {env!r}")
+    else:
+        n = _native.physical_cores()
+    _native.set_threads(n)
+
+
+def set_threads(n: int) -> None:
+    """Sets the number of threads the kernels use (the calling thread is one of them)."""
+    if int(n) < 1:
+        raise ValueError(f"threads must be >= 1, got {n}")
+    if int(n) != _native.get_threads():
+        _native.set_threads(int(n))
+
+
+def get_threads() -> int:
+    return _native.get_threads()
+
+
+def set_isa(name: str) -> None:
+    """Forces a kernel level: 'avx512', 'avxvnni', 'avx2', 'scalar', or 'auto' (the best this CPU has)."""
+    _native.set_isa(name)
+
+
+def cpu_info() -> dict:
+    """What the CPU offers, which kernel level was chosen and why, and the thread count."""
+    info = dict(_native.cpu_info())
+    info["source"] = "LOWBIT_ISA" if os.environ.get("LOWBIT_ISA", "auto") not in ("", "auto") else "auto"
+    return info
+
+
+_init()

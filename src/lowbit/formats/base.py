@@ -1,0 +1,131 @@
+"""The weight-format contract.
+
+A format is a ``PackedWeight`` subclass registered by name. Each one can
+
+* ``quantize(w, **options)`` — float32 [M, K] -> packed (offline, numpy);
+* ``dequantize()`` — packed -> float32 [M, K], the numpy reference every kernel is tested against;
+* ``matmul(x)`` — float32 [N, K] (or an ``Activations``) -> float32 [N, M], on the packed bytes, natively;
+* ``state()`` / ``from_state(meta, tensors)`` — a flat dict of metadata and named arrays, which is what
+  a model directory stores in safetensors; ``from_state`` must not copy the arrays (they may be mmapped).
+
+Callers (the runtime's Linear, the benchmarks) use only this surface, so new formats (RSR, codebooks)
+plug in without changing them.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+
+from lowbit import _native
+
+
+class Activations:
+    """An input block x: float32 [N, K], with its int8 quantizations cached per (Kp, group).
+
+    Projections that read the same input (Q/K/V, gate/up) share one object, so the input rows are
+    quantized once.
+    """
+
+    __slots__ = ("x", "_int8")
+
+    def __init__(self, x: np.ndarray):
+        x = np.asarray(x, dtype=np.float32)
+        if x.ndim == 1:
+            x = x[None, :]
+        if x.ndim != 2:
+            raise ValueError(f"activations must be [N, K], got shape {x.shape}")
+        self.x = np.ascontiguousarray(x)
+        self._int8: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.x.shape
+
+    def int8(self, kp: int, group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(q int8 [N, Kp], scale f32 [N, G], sum int32 [N, G]): per-token, per-group absmax int8."""
+        key = (kp, group)
+        got = self._int8.get(key)
+        if got is None:
+            n = self.x.shape[0]
+            g = -(-kp // group)
+            got = (np.empty((n, kp), np.int8), np.empty((n, g), np.float32), np.empty((n, g), np.int32))
+            _native.quantize_act(self.x, *got, group)
+            self._int8[key] = got
+        return got
+
+
+def as_activations(x, k: int) -> tuple[Activations, bool]:
+    """Wraps x (float32 [N, K] or [K], or Activations); returns it and whether x was 1-D."""
+    if isinstance(x, Activations):
+        acts, vec = x, False
+    else:
+        arr = np.asarray(x)
+        vec = arr.ndim == 1
+        acts = Activations(arr)
+    if acts.shape[1] != k:
+        raise ValueError(f"input has K={acts.shape[1]} but the weight has K={k}")
+    return acts, vec
+
+
+class PackedWeight(ABC):
+    """A weight matrix W: [M, K] in one storage format. y = x @ W.T."""
+
+    format: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+
+    shape: tuple[int, int]
+
+    @classmethod
+    @abstractmethod
+    def quantize(cls, w: np.ndarray, **options) -> "PackedWeight":
+        """Packs float32 w [M, K]."""
+
+    @abstractmethod
+    def dequantize(self) -> np.ndarray:
+        """float32 [M, K]: the numpy reference of what matmul computes with."""
+
+    @abstractmethod
+    def _matmul(self, acts: Activations) -> np.ndarray:
+        """float32 [N, M] from the native kernel."""
+
+    @abstractmethod
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """(metadata of JSON scalars, named arrays) — enough for from_state to rebuild this object."""
+
+    @classmethod
+    @abstractmethod
+    def from_state(cls, meta: dict, tensors: dict[str, np.ndarray]) -> "PackedWeight":
+        """Rebuilds from state() without copying the arrays."""
+
+    def matmul(self, x) -> np.ndarray:
+        """x: float32 [N, K] or [K] or Activations -> float32 [N, M] (or [M])."""
+        acts, vec = as_activations(x, self.shape[1])
+        y = self._matmul(acts)
+        return y[0] if vec else y
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(a.nbytes) for a in self.state()[1].values())
+
+    @property
+    def bits_per_weight(self) -> float:
+        m, k = self.shape
+        return self.nbytes * 8.0 / (m * k)
+
+    def __repr__(self) -> str:
+        m, k = self.shape
+        return f"<{type(self).__name__} {self.format} [{m}, {k}] {self.bits_per_weight:.3f} bpw>"
+
+
+def check_weight(w: np.ndarray) -> np.ndarray:
+    w = np.asarray(w)
+    if w.ndim != 2:
+        raise ValueError(f"a weight must be 2-D [M, K], got shape {w.shape}")
+    if w.shape[0] < 1 or w.shape[1] < 1:
+        raise ValueError(f"a weight must be non-empty, got shape {w.shape}")
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    if not np.isfinite(w).all():
+        raise ValueError("weight has NaN or Inf values")
+    return w

@@ -1,0 +1,28 @@
+"""binary: 1-bit, w = +-s with s = mean|w| per row (default) or per group; sign(0) = +1.
+
+Stored as code c = (w >= 0) with a = 2s and zc = 0.5, so w = 2s*c - s exactly: the kernel's b term applies
+the -s, which makes the 1-bit product exact (paper 000's 1-bit path has no such correction)."""
+from __future__ import annotations
+
+import numpy as np
+
+from lowbit.formats.base import check_weight
+from lowbit.formats.intcodes import IntCodeWeight, group_view, resolve_group
+
+
+class BinaryWeight(IntCodeWeight):
+    format = "binary"
+    description = "1-bit +-scale, scale = mean|w| per row or group"
+    bits = 1
+    zc = 0.5
+
+    @classmethod
+    def quantize(cls, w, group_size: int | None = None, **options):
+        w = check_weight(w)
+        m, k = w.shape
+        group = resolve_group(group_size, k)
+        wg = group_view(w, group)
+        counts = np.minimum(group, k - np.arange(wg.shape[1]) * group).clip(min=1)
+        s = np.abs(wg).sum(axis=2) / counts
+        codes = (w >= 0).astype(np.uint8)
+        return cls.from_codes(codes, (2.0 * s).astype(np.float32), group=group)

@@ -1,0 +1,11 @@
+"""int2: general 2-bit, 4 levels per group: asymmetric (a*c + b) by default, or symmetric — ParetoQ's
+{-1.5, -0.5, 0.5, 1.5} * a. The scale is chosen by a small search over clipping ratios (least squares)."""
+from __future__ import annotations
+
+from lowbit.formats.int4 import _AffineGroupWeight
+
+
+class Int2Weight(_AffineGroupWeight):
+    format = "int2"
+    description = "2-bit, 4 levels, per-group scale and offset (symmetric: ParetoQ levels)"
+    bits = 2

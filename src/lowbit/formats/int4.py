@@ -1,0 +1,69 @@
+"""int4: 4-bit codes with per-group scales — asymmetric (a, min: llama.cpp's Q4_1 idea) by default,
+or symmetric (w = a * (c - 8)). 4 bits per weight + 32 (or 16) bits per group."""
+from __future__ import annotations
+
+import numpy as np
+
+from lowbit.formats.base import check_weight
+from lowbit.formats.intcodes import IntCodeWeight, group_view, resolve_group
+
+DEFAULT_GROUP = 64
+
+
+def fit_affine(wg: np.ndarray, levels: int, symmetric: bool, search: bool = True):
+    """Per-group (a, b) for codes 0..levels-1 minimizing squared error over a few clipping ratios.
+
+    wg: [M, G, g]. Returns a, b: float32 [M, G] (rounded through float16, as stored) and codes [M, G, g].
+    """
+    ratios = np.linspace(0.5, 1.0, 11) if search else np.array([1.0])
+    best_err = best_a = best_b = best_c = None
+    lo, hi = wg.min(axis=2), wg.max(axis=2)
+    amax = np.maximum(np.abs(lo), np.abs(hi))
+    for r in ratios:
+        if symmetric:
+            a = amax * r / ((levels - 1) / 2.0)
+            b = -a * ((levels - 1) / 2.0)
+        else:
+            a = (hi - lo) * r / (levels - 1)
+            b = lo * r
+        a = a.astype(np.float16).astype(np.float32)
+        b = b.astype(np.float16).astype(np.float32)
+        inv = np.divide(1.0, a, out=np.zeros_like(a), where=a > 0)
+        c = np.clip(np.rint((wg - b[:, :, None]) * inv[:, :, None]), 0, levels - 1)
+        err = ((c * a[:, :, None] + b[:, :, None] - wg) ** 2).sum(axis=2)
+        if best_err is None:
+            best_err, best_a, best_b, best_c = err, a, b, c
+        else:
+            better = err < best_err
+            best_err = np.where(better, err, best_err)
+            best_a = np.where(better, a, best_a)
+            best_b = np.where(better, b, best_b)
+            best_c = np.where(better[:, :, None], c, best_c)
+    return best_a, best_b, best_c.astype(np.uint8)
+
+
+class _AffineGroupWeight(IntCodeWeight):
+    """Codes 0..2**bits-1 with per-group (a, b), asymmetric by default."""
+
+    default_group = DEFAULT_GROUP
+
+    @classmethod
+    def quantize(cls, w, group_size: int | None = -1, symmetric: bool = False, **options):
+        w = check_weight(w)
+        m, k = w.shape
+        group = resolve_group(cls.default_group if group_size == -1 else group_size, k)
+        a, b, c = fit_affine(group_view(w, group), 1 << cls.bits, symmetric)
+        codes = c.reshape(m, -1)[:, :k]
+        if symmetric:
+            return cls.from_codes(codes, a, None, group=group, symmetric=True)
+        return cls.from_codes(codes, a, b, group=group)
+
+    @property
+    def zc(self):  # symmetric variants store no offsets
+        return ((1 << self.bits) - 1) / 2.0 if self.offset is None else None
+
+
+class Int4Weight(_AffineGroupWeight):
+    format = "int4"
+    description = "4-bit, per-group scale and offset (symmetric: scale only)"
+    bits = 4

@@ -1,0 +1,168 @@
+"""The integer-code family: int8, int4, int2, ternary, binary share one layout and one kernel.
+
+Each weight is an unsigned code c of ``bits`` bits with an affine map per (row, group):
+    w[m, k] = a[m, g] * c[m, k] + b[m, g]          (b = -a * zc when no offsets are stored)
+The kernel multiplies codes (u8) with int8 activations in the dot-product instructions and applies
+a and b once per group: sum_k w x = sx * (a * sum_k c q + b * sum_k q).
+
+Layout (see kernels/common.h for the same description next to the kernels):
+    codes  uint8   [Mb][nch][4][64]    Mb = ceil(M/64), Kp = ceil(K/64)*64, nch = Kp/KC, KC = 4*(8/bits)
+           tile t, byte p, bit field j  <->  row 64*blk + 16*t + p//4,  k = KC*chunk + 4*j + p%4
+    scale  float16 [Mb][G][64]         G = ceil(Kp/group); row 64*blk + i at [blk, g, i]
+    offset float16 [Mb][G][64] or absent
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from lowbit import _native
+from lowbit.formats.base import Activations, PackedWeight
+
+ROW_BLOCK = 64
+K_ALIGN = 64
+
+
+def padded_k(k: int) -> int:
+    return -(-k // K_ALIGN) * K_ALIGN
+
+
+def resolve_group(group_size: int | None, k: int) -> int:
+    """None -> one group per row (Kp); else a positive multiple of 64 (clamped to Kp)."""
+    kp = padded_k(k)
+    if group_size is None or group_size <= 0 or group_size >= kp:
+        return kp
+    if group_size % K_ALIGN:
+        raise ValueError(f"group size must be a multiple of {K_ALIGN} (or omitted for one scale per row), got {group_size}")
+    return int(group_size)
+
+
+def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 codes [M, K] (each < 2**bits) -> packed uint8, flat [Mb*nch*256]."""
+    m, k = codes.shape
+    per = 8 // bits
+    kc = 4 * per
+    mb, kp = -(-m // ROW_BLOCK), padded_k(k)
+    full = np.zeros((mb * ROW_BLOCK, kp), np.uint8)
+    full[:m, :k] = codes
+    # [blk, t, r, chunk, j, kk] -> [blk, chunk, t, r, kk, j]
+    v = full.reshape(mb, 4, 16, kp // kc, per, 4).transpose(0, 3, 1, 2, 5, 4)
+    out = np.zeros(v.shape[:-1], np.uint8)
+    for j in range(per):
+        out |= v[..., j] << np.uint8(j * bits)
+    return out.reshape(-1)
+
+
+def unpack_codes(packed: np.ndarray, bits: int, m: int, k: int) -> np.ndarray:
+    """The inverse of pack_codes: uint8 [M, K]."""
+    per = 8 // bits
+    kc = 4 * per
+    mb, kp = -(-m // ROW_BLOCK), padded_k(k)
+    v = packed.reshape(mb, kp // kc, 4, 16, 4)
+    mask = np.uint8((1 << bits) - 1)
+    planes = np.stack([(v >> np.uint8(j * bits)) & mask for j in range(per)], axis=-1)  # [blk,ch,t,r,kk,j]
+    full = planes.transpose(0, 2, 3, 1, 5, 4).reshape(mb * ROW_BLOCK, kp)
+    return full[:m, :k]
+
+
+def pack_groups(a: np.ndarray) -> np.ndarray:
+    """float [M, G] per-(row, group) values -> float16 flat [Mb*G*64]."""
+    m, g = a.shape
+    mb = -(-m // ROW_BLOCK)
+    full = np.zeros((mb * ROW_BLOCK, g), np.float16)
+    full[:m] = a.astype(np.float16)
+    return np.ascontiguousarray(full.reshape(mb, ROW_BLOCK, g).transpose(0, 2, 1)).reshape(-1)
+
+
+def unpack_groups(packed: np.ndarray, m: int, g: int) -> np.ndarray:
+    mb = -(-m // ROW_BLOCK)
+    return packed.reshape(mb, g, ROW_BLOCK).transpose(0, 2, 1).reshape(mb * ROW_BLOCK, g)[:m].astype(np.float32)
+
+
+def group_view(w: np.ndarray, group: int) -> np.ndarray:
+    """float32 [M, K] -> [M, G, group], zero-padded to G*group columns."""
+    m, k = w.shape
+    g = -(-padded_k(k) // group)
+    full = np.zeros((m, g * group), np.float32)
+    full[:, :k] = w
+    return full.reshape(m, g, group)
+
+
+class IntCodeWeight(PackedWeight):
+    """Base of the integer-code formats; subclasses choose bits, codes and the affine map."""
+
+    bits: ClassVar[int] = 0
+    zc: ClassVar[float | None] = None  # constant zero code when offsets are not stored
+
+    def __init__(self, shape, group, codes, scale, offset=None, meta_extra=None):
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.kp = padded_k(self.shape[1])
+        self.group = int(group)
+        self.ngroups = -(-self.kp // self.group)
+        self.codes = codes
+        self.scale = scale
+        self.offset = offset
+        self.meta_extra = dict(meta_extra or {})
+        mb = -(-self.shape[0] // ROW_BLOCK)
+        if codes.dtype != np.uint8 or codes.size != mb * self.kp * ROW_BLOCK * self.bits // 8:
+            raise ValueError(f"{self.format}: packed codes have {codes.size} bytes, expected {mb * self.kp * ROW_BLOCK * self.bits // 8}")
+        if scale.dtype != np.float16 or scale.size != mb * self.ngroups * ROW_BLOCK:
+            raise ValueError(f"{self.format}: scales must be float16 of {mb * self.ngroups * ROW_BLOCK} values")
+        if offset is None and self.zc is None:
+            raise ValueError(f"{self.format}: offsets are required")
+        if offset is not None and (offset.dtype != np.float16 or offset.size != scale.size):
+            raise ValueError(f"{self.format}: offsets must be float16 shaped like the scales")
+        self._scale_u16 = scale.view(np.uint16)
+        self._offset_u16 = None if offset is None else offset.view(np.uint16)
+
+    @classmethod
+    def from_codes(cls, codes: np.ndarray, a: np.ndarray, b: np.ndarray | None = None, group: int | None = None,
+                   **meta_extra) -> "IntCodeWeight":
+        """Builds from unsigned codes [M, K] and per-(row, group) a [M, G] (and b [M, G], or the format's zc)."""
+        m, k = codes.shape
+        group = resolve_group(group, k)
+        g = -(-padded_k(k) // group)
+        if a.shape != (m, g) or (b is not None and b.shape != (m, g)):
+            raise ValueError(f"{cls.format}: scales must be [M={m}, G={g}], got {a.shape}")
+        if codes.size and int(codes.max()) >= (1 << cls.bits):
+            raise ValueError(f"{cls.format}: codes must be < {1 << cls.bits}")
+        return cls((m, k), group, pack_codes(codes.astype(np.uint8), cls.bits), pack_groups(a),
+                   None if b is None else pack_groups(b), meta_extra)
+
+    def affine(self) -> tuple[np.ndarray, np.ndarray]:
+        """(a, b): float32 [M, G] each, as the kernel applies them (after float16 rounding)."""
+        m = self.shape[0]
+        a = unpack_groups(self.scale, m, self.ngroups)
+        b = -a * np.float32(self.zc) if self.offset is None else unpack_groups(self.offset, m, self.ngroups)
+        return a, b
+
+    def unpacked_codes(self) -> np.ndarray:
+        return unpack_codes(self.codes, self.bits, *self.shape)
+
+    def dequantize(self) -> np.ndarray:
+        m, k = self.shape
+        a, b = self.affine()
+        codes = self.unpacked_codes().astype(np.float32)
+        cols = np.arange(k) // self.group
+        return codes * a[:, cols] + b[:, cols]
+
+    def _matmul(self, acts: Activations) -> np.ndarray:
+        q, sx, sq = acts.int8(self.kp, self.group)
+        y = np.empty((q.shape[0], self.shape[0]), np.float32)
+        _native.gemm_int(self.codes, self._scale_u16, self._offset_u16, float(self.zc or 0.0), self.bits,
+                         self.shape[0], self.kp, self.group, q, sx, sq, y)
+        return y
+
+    def state(self):
+        meta = {"format": self.format, "bits": self.bits, "M": self.shape[0], "K": self.shape[1],
+                "group": self.group, **self.meta_extra}
+        tensors = {"codes": self.codes, "scale": self.scale}
+        if self.offset is not None:
+            tensors["offset"] = self.offset
+        return meta, tensors
+
+    @classmethod
+    def from_state(cls, meta, tensors):
+        extra = {k: v for k, v in meta.items() if k not in ("format", "bits", "M", "K", "group")}
+        return cls((meta["M"], meta["K"]), meta["group"], tensors["codes"], tensors["scale"], tensors.get("offset"), extra)

@@ -1,0 +1,58 @@
+#include "bandwidth.h"
+
+#include <emmintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "thread_pool.h"
+
+namespace lowbit {
+namespace {
+
+constexpr int64_t kTask = 256 * 1024;
+std::atomic<uint64_t> g_sink{0};
+
+struct ReadCtx {
+  const uint8_t* buf;
+  int64_t bytes;
+};
+
+void read_task(void* p, int64_t t) {
+  const ReadCtx& c = *static_cast<const ReadCtx*>(p);
+  const uint8_t* b = c.buf + t * kTask;
+  const int64_t n = std::min<int64_t>(kTask, c.bytes - t * kTask);
+  __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 64 <= n; i += 64) {
+    _mm_prefetch((const char*)b + i + 4096, _MM_HINT_T0);
+    a0 = _mm_add_epi64(a0, _mm_loadu_si128((const __m128i*)(b + i)));
+    a1 = _mm_add_epi64(a1, _mm_loadu_si128((const __m128i*)(b + i + 16)));
+    a2 = _mm_add_epi64(a2, _mm_loadu_si128((const __m128i*)(b + i + 32)));
+    a3 = _mm_add_epi64(a3, _mm_loadu_si128((const __m128i*)(b + i + 48)));
+  }
+  a0 = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
+  g_sink.fetch_add((uint64_t)_mm_cvtsi128_si64(a0), std::memory_order_relaxed);
+}
+
+void empty_task(void*, int64_t) {}
+
+}  // namespace
+
+double read_bandwidth(const uint8_t* buf, int64_t bytes, int passes) {
+  ReadCtx c{buf, bytes};
+  const int64_t ntasks = (bytes + kTask - 1) / kTask;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int p = 0; p < passes; ++p) pool_run(ntasks, read_task, &c);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double pool_overhead(int iters) {
+  const int n = pool_threads();
+  for (int i = 0; i < 100; ++i) pool_run(n, empty_task, nullptr);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) pool_run(n, empty_task, nullptr);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+}  // namespace lowbit

@@ -1,0 +1,96 @@
+// Shared types of lowbit's kernels.
+//
+// Integer formats (int8, int4, int2, ternary, binary) share one packed layout and one kernel family:
+// every weight is an unsigned code c of BITS bits with an affine map per (row, group):
+//     w[m,k] = a[m,g] * c[m,k] + b[m,g]          (b = -a * zc when no offsets are stored)
+// so  sum_k w*x = sx[g] * (a * sum_k c*q + b * sum_k q)   over the int8 activations q of group g.
+// The codes feed u8 x s8 dot-product instructions (vpdpbusd / vpmaddubsw) directly after a shift and a
+// mask: no lookup table, and the +-1 of binary / -1 of ternary is exact through the b term.
+//
+// Packed code layout, the same on every ISA (so a model packed once runs everywhere):
+//     codes: uint8 [Mb = Mp/64][nch = Kp/KC][4 tiles][64 bytes]       KC = 4 * (8/BITS) k per chunk
+//     In tile t, byte p, bit field j (bits j*BITS .. j*BITS+BITS-1):
+//         row m = 64*blk + 16*t + p/4,   k = KC*chunk + 4*j + p%4
+//     so after (v >> j*BITS) & mask a 64-byte vector holds [16 rows][4 k] u8 codes: the VNNI4 operand.
+//     A 256-bit path takes the two 32-byte halves of a tile (rows 0-7, rows 8-15) separately.
+//     scale / offset: float16 [Mb][G][64]  (row 64*blk + i at index i), G = ceil(Kp / group).
+// Padding: rows past M carry code 0 and scale 0; k past K carries any code (the activations there are 0).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace lowbit {
+
+constexpr int kRowBlock = 64;   // rows per block: 4 tiles of 16
+constexpr int kKAlign = 64;     // Kp = K rounded up to this; groups are multiples of it
+
+struct IntWeights {
+  const uint8_t* codes;    // [Mb][nch][4][64]
+  const uint16_t* scale;   // f16 [Mb][G][64]
+  const uint16_t* offset;  // f16 [Mb][G][64], or nullptr: then b = -a * zc
+  float zc;
+  int bits;                // 1, 2, 4 or 8
+  int64_t M, Kp, group, Mb, G;
+  int64_t kc() const { return 4 * (8 / bits); }
+  int64_t nch() const { return Kp / kc(); }
+};
+
+// Activations quantized per token and per group (the same group as the weights they meet):
+// x[n,k] ~= scale[n,g] * q[n,k];  sum[n,g] = sum of q over the group.
+struct ActQ {
+  const int8_t* q;       // [N][Kp], zero past K
+  const float* scale;    // [N][G]
+  const int32_t* sum;    // [N][G]
+  int64_t N, Kp, group, G;
+};
+
+struct FloatWeights {
+  const void* w;         // f32 or bf16 (uint16) [M][K], row-major
+  int64_t M, K;
+};
+
+// One ISA's kernels. Each processes row blocks [b0, b1) for all N tokens; y is [N][ldy].
+// For float formats a "block" is kFloatRows rows.
+constexpr int kFloatRows = 8;
+struct KernelTable {
+  const char* name;
+  void (*gemm_int)(const IntWeights&, const ActQ&, float* y, int64_t ldy, int64_t b0, int64_t b1);
+  void (*gemm_f32)(const FloatWeights&, const float* x, int64_t N, float* y, int64_t ldy, int64_t b0, int64_t b1);
+  void (*gemm_bf16)(const FloatWeights&, const float* x, int64_t N, float* y, int64_t ldy, int64_t b0, int64_t b1);
+};
+
+const KernelTable& kernels_scalar();
+const KernelTable& kernels_avx2();
+const KernelTable* kernels_avxvnni();       // nullptr if the compiler could not build it
+const KernelTable& kernels_avx512();
+const KernelTable& kernels_avxvnni_evex();  // the AVX-VNNI ymm kernels, EVEX-encoded (AVX512-VNNI+VL CPUs)
+
+inline float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (man == 0) { bits = sign; }
+    else {  // subnormal
+      int e = -1;
+      do { man <<= 1; ++e; } while (!(man & 0x400));
+      bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace lowbit

@@ -1,0 +1,124 @@
+#include "dispatch.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace lowbit {
+namespace {
+
+uint64_t xgetbv0() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((uint64_t)hi << 32) | lo;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & (1u << 27);
+  f.fma = c & (1u << 12);
+  f.f16c = c & (1u << 29);
+  const bool avx = c & (1u << 28);
+  if (osxsave && avx) {
+    const uint64_t xcr0 = xgetbv0();
+    f.os_avx = (xcr0 & 0x6) == 0x6;
+    f.os_avx512 = f.os_avx && (xcr0 & 0xe0) == 0xe0;
+  }
+  if (__get_cpuid_max(0, nullptr) >= 7) {
+    __cpuid_count(7, 0, a, b, c, d);
+    f.avx2 = b & (1u << 5);
+    f.avx512f = b & (1u << 16);
+    f.avx512dq = b & (1u << 17);
+    f.avx512bw = b & (1u << 30);
+    f.avx512vl = b & (1u << 31);
+    f.avx512vnni = c & (1u << 11);
+    __cpuid_count(7, 1, a, b, c, d);
+    f.avxvnni = a & (1u << 4);
+  }
+  return f;
+}
+
+struct State {
+  std::string isa, reason;
+  const KernelTable* table = nullptr;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+bool has_avx2(const CpuFeatures& f) { return f.os_avx && f.avx2 && f.fma && f.f16c; }
+bool has_avx512(const CpuFeatures& f) {
+  return has_avx2(f) && f.os_avx512 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
+}
+bool has_avxvnni_vex(const CpuFeatures& f) { return has_avx2(f) && f.avxvnni && kernels_avxvnni() != nullptr; }
+
+void apply(const std::string& requested) {
+  const CpuFeatures& f = cpu_features();
+  State& s = state();
+  std::string name = requested;
+  const bool forced = !(name.empty() || name == "auto");
+  if (!forced) name = available_isas().front();
+  if (name == "avx512") {
+    if (!has_avx512(f)) throw std::invalid_argument("LOWBIT_ISA=avx512: this CPU lacks AVX-512 F/BW/VL/DQ with VNNI (or the OS does not enable the zmm state)");
+    s.table = &kernels_avx512();
+    s.reason = "AVX-512 F/BW/VL/DQ + VNNI present: vpdpbusd on zmm, 64 u8 x s8 products per instruction";
+  } else if (name == "avxvnni") {
+    if (has_avxvnni_vex(f)) {
+      s.table = kernels_avxvnni();
+      s.reason = "AVX2 + AVX-VNNI: vpdpbusd on ymm (VEX)";
+    } else if (has_avx512(f)) {
+      s.table = &kernels_avxvnni_evex();
+      s.reason = "ymm VNNI kernels in their EVEX encoding: this CPU has AVX512-VNNI+VL but not VEX AVX-VNNI";
+    } else {
+      throw std::invalid_argument("LOWBIT_ISA=avxvnni: this CPU lacks AVX-VNNI (and AVX512-VNNI+VL)");
+    }
+  } else if (name == "avx2") {
+    if (!has_avx2(f)) throw std::invalid_argument("LOWBIT_ISA=avx2: this CPU lacks AVX2/FMA/F16C");
+    s.table = &kernels_avx2();
+    s.reason = "AVX2 + FMA + F16C without VNNI: vpmaddubsw + vpmaddwd";
+  } else if (name == "scalar") {
+    s.table = &kernels_scalar();
+    s.reason = "portable C++ (no SIMD level requested or available)";
+  } else {
+    throw std::invalid_argument("unknown ISA '" + requested + "': use avx512, avxvnni, avx2, scalar or auto");
+  }
+  if (forced) s.reason = "forced by LOWBIT_ISA/set_isa; " + s.reason;
+  else s.reason = "best level this CPU supports; " + s.reason;
+  s.isa = name;
+}
+
+void ensure_init() {
+  State& s = state();
+  if (s.table) return;
+  const char* env = std::getenv("LOWBIT_ISA");
+  apply(env ? env : "auto");
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+std::vector<std::string> available_isas() {
+  const CpuFeatures& f = cpu_features();
+  std::vector<std::string> v;
+  if (has_avx512(f)) v.push_back("avx512");
+  if (has_avxvnni_vex(f) || has_avx512(f)) v.push_back("avxvnni");
+  if (has_avx2(f)) v.push_back("avx2");
+  v.push_back("scalar");
+  return v;
+}
+
+void select_isa(const std::string& name) { apply(name); }
+const std::string& selected_isa() { ensure_init(); return state().isa; }
+const std::string& isa_reason() { ensure_init(); return state().reason; }
+const KernelTable& active_kernels() { ensure_init(); return *state().table; }
+
+}  // namespace lowbit

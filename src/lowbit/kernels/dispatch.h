@@ -1,0 +1,25 @@
+// Run-time choice of the kernel set: detected once, overridable with LOWBIT_ISA or set_isa().
+#pragma once
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace lowbit {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false, avxvnni = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512vnni = false;
+  bool os_avx = false, os_avx512 = false;
+};
+
+const CpuFeatures& cpu_features();
+// Levels this CPU can run, best first ("avx512", "avxvnni", "avx2", "scalar").
+std::vector<std::string> available_isas();
+// Selects a level; "auto" or "" picks the best. Throws std::invalid_argument if unknown or unsupported.
+void select_isa(const std::string& name);
+const std::string& selected_isa();
+const std::string& isa_reason();
+const KernelTable& active_kernels();
+
+}  // namespace lowbit
