@@ -1,0 +1,5 @@
+import sys
+
+from lowbit.cli import main
+
+sys.exit(main())
