@@ -1,0 +1,62 @@
+"""The static KV cache (NITRO's fixed-size cache): allocated once at the maximum context.
+
+    k, v: float32 [layers, kv_heads, max_ctx, head_dim]
+
+Positions 0..length-1 are filled; attention reads only that part (k[l, :, :length]). np.zeros maps
+the buffer lazily, so memory grows with the filled length, not with max_ctx. `tokens` remembers which
+ids fill the cache, so a new prompt that extends the old one (multi-turn chat) re-uses the prefix.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class ContextOverflowError(ValueError):
+    """Raised when a sequence would not fit in the context."""
+
+
+class KVCache:
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int):
+        if max_ctx < 1:
+            raise ValueError(f"max context must be >= 1, got {max_ctx}")
+        shape = (n_layers, n_kv_heads, max_ctx, head_dim)
+        self.k = np.zeros(shape, np.float32)  # k: [layers, kv_heads, max_ctx, head_dim]
+        self.v = np.zeros(shape, np.float32)  # v: [layers, kv_heads, max_ctx, head_dim]
+        self.max_ctx = max_ctx
+        self.length = 0
+        self.tokens: list[int] = []  # the ids whose K/V are in positions 0..length-1
+
+    def reset(self) -> None:
+        """Forgets the content (the buffers stay allocated)."""
+        self.length = 0
+        self.tokens = []
+
+    def truncate(self, n: int) -> None:
+        """Keeps only the first n positions."""
+        n = max(0, min(n, self.length))
+        self.length = n
+        del self.tokens[n:]
+
+    def check_room(self, n_new: int) -> None:
+        if self.length + n_new > self.max_ctx:
+            raise ContextOverflowError(
+                f"{self.length + n_new} tokens do not fit in the context of {self.max_ctx} tokens "
+                f"({self.length} cached + {n_new} new); shorten the prompt or raise max_context")
+
+    def common_prefix(self, ids: list[int]) -> int:
+        """How many leading ids of `ids` are already cached."""
+        n = 0
+        for a, b in zip(self.tokens, ids):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.k.nbytes + self.v.nbytes)
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of the filled part (what attention reads)."""
+        return int(self.nbytes * self.length // self.max_ctx)

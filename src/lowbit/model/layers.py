@@ -1,0 +1,160 @@
+"""The decoder's building blocks in numpy float32: Linear, Embedding, RMSNorm, RoPE, activations.
+
+Every projection is a `Linear` holding one PackedWeight; its input is an `Activations` so that
+projections reading the same rows (Q/K/V, gate/up) quantize them once.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from lowbit.formats import Activations, PackedWeight, quantize
+from lowbit.formats.floats import BF16Weight, F32Weight, bf16_bits_to_f32
+
+
+def as_packed(w, format: str | None = None, **options) -> PackedWeight:
+    """A PackedWeight from a PackedWeight (as is) or a float array [M, K] (f32 without a copy, or `format`)."""
+    if isinstance(w, PackedWeight):
+        return w
+    w = np.asarray(w)
+    if w.ndim != 2:
+        raise ValueError(f"a linear weight must be 2-D [M, K], got shape {w.shape}")
+    if format is None or format == "f32":
+        return F32Weight(np.ascontiguousarray(w, np.float32))
+    return quantize(np.ascontiguousarray(w, np.float32), format, **options)
+
+
+class Linear:
+    """y = x @ W.T (+ b). W: PackedWeight [out, in]; b: float32 [out] or None."""
+
+    __slots__ = ("weight", "bias", "_mm")
+
+    def __init__(self, weight: PackedWeight, bias: np.ndarray | None = None):
+        self.weight = weight
+        self.bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+        self._mm = weight.matmul
+
+    def __call__(self, x) -> np.ndarray:
+        """x: float32 [N, in] or Activations -> float32 [N, out]."""
+        y = self._mm(x)
+        if self.bias is not None:
+            y += self.bias
+        return y
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.weight.shape
+
+
+class Embedding:
+    """Token embedding table [vocab, hidden]: a float array or a PackedWeight (bf16 rows are gathered as is)."""
+
+    def __init__(self, table):
+        self.table = table
+        if isinstance(table, BF16Weight):
+            bits = table.w
+            self._rows = lambda ids: bf16_bits_to_f32(bits[ids])
+        elif isinstance(table, F32Weight):
+            t = table.w
+            self._rows = lambda ids: t[ids]
+        elif isinstance(table, PackedWeight):
+            warnings.warn(f"embedding stored as {table.format}: dequantizing the whole table once "
+                          "(store it as bf16 or f32 to gather rows directly)", stacklevel=3)
+            t = table.dequantize()
+            self._rows = lambda ids: t[ids]
+        else:
+            t = np.ascontiguousarray(table, np.float32)
+            self.table = t
+            self._rows = lambda ids: t[ids]
+        self.shape = tuple(int(s) for s in self.table.shape)
+
+    def __call__(self, ids) -> np.ndarray:
+        """ids: int [N] -> float32 [N, hidden] (a fresh array)."""
+        return np.array(self._rows(np.asarray(ids, np.int64)), np.float32)
+
+    def as_linear(self) -> Linear:
+        """The same table as an output projection (tied embeddings)."""
+        return Linear(as_packed(self.table))
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """x: float32 [N, D], w: float32 [D] -> x / sqrt(mean(x^2) + eps) * w."""
+    ms = np.einsum("nd,nd->n", x, x)[:, None]
+    ms *= 1.0 / x.shape[1]
+    ms += eps
+    return x * (w / np.sqrt(ms))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x), with sigmoid(x) = (1 + tanh(x/2)) / 2 (no overflow for large |x|)."""
+    t = np.tanh(x * 0.5)
+    t += 1.0
+    t *= 0.5
+    t *= x
+    return t
+
+
+def relu2(x: np.ndarray) -> np.ndarray:
+    """relu(x)^2 (BitNet b1.58)."""
+    np.maximum(x, 0.0, out=x)
+    return np.square(x, out=x)
+
+
+ACTIVATIONS = {"silu": silu, "swish": silu, "relu2": relu2}
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> np.ndarray:
+    """float32 [head_dim/2] inverse frequencies, as Hugging Face computes them (default, linear, llama3)."""
+    inv = 1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / head_dim))
+    inv = inv.astype(np.float32)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind in (None, "default"):
+        return inv
+    if kind == "linear":
+        return (inv / np.float32(scaling["factor"])).astype(np.float32)
+    if kind == "llama3":
+        factor = scaling["factor"]
+        lo, hi = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+        old = scaling["original_max_position_embeddings"]
+        lo_wl, hi_wl = old / lo, old / hi
+        wavelen = 2 * math.pi / inv
+        out = np.where(wavelen > lo_wl, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * out / factor + smooth * out
+        medium = ~(wavelen < hi_wl) & ~(wavelen > lo_wl)
+        return np.where(medium, smoothed, out).astype(np.float32)
+    raise ValueError(f"rope scaling type {kind!r} is not supported (default, linear, llama3 are)")
+
+
+class Rope:
+    """Rotary embeddings, HF's rotate_half convention: x*cos + rotate_half(x)*sin on [.., head_dim].
+
+    cos, sin: float32 [max_ctx, head_dim/2], precomputed once (both halves of HF's table are equal).
+    """
+
+    def __init__(self, head_dim: int, max_ctx: int, theta: float, scaling: dict | None = None):
+        inv = rope_inv_freq(head_dim, theta, scaling)
+        freqs = np.outer(np.arange(max_ctx, dtype=np.float32), inv).astype(np.float32)
+        self.cos = np.cos(freqs).astype(np.float32)  # [max_ctx, half]
+        self.sin = np.sin(freqs).astype(np.float32)  # [max_ctx, half]
+        self.half = head_dim // 2
+
+    def tables(self, pos: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos, sin for positions pos..pos+n-1, shaped [n, 1, half] to broadcast over heads."""
+        return self.cos[pos:pos + n, None, :], self.sin[pos:pos + n, None, :]
+
+    def apply(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """x: float32 [n, heads, head_dim] -> rotated copy, same shape."""
+        h = self.half
+        x1, x2 = x[..., :h], x[..., h:]
+        out = np.empty_like(x)
+        np.multiply(x1, cos, out=out[..., :h])
+        out[..., :h] -= x2 * sin
+        np.multiply(x2, cos, out=out[..., h:])
+        out[..., h:] += x1 * sin
+        return out
+
+
+__all__ = ["ACTIVATIONS", "Activations", "Embedding", "Linear", "Rope", "as_packed", "relu2", "rms_norm", "silu"]

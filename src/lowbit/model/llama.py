@@ -1,0 +1,272 @@
+"""The Llama decoder (Llama 2/3 with llama3 RoPE scaling, SmolLM2, Falcon3, MobileLLM), numpy float32.
+
+    embed -> N x [x += attn(rms_norm(x)); x += mlp(rms_norm(x))] -> rms_norm -> lm_head
+
+GQA (num_key_value_heads <= num_attention_heads), optional q/k/v/o and MLP biases, tied embeddings.
+Variants set class flags instead of copying this file: BitNet b1.58 (bitnet.py) adds `sub_norms`
+(an RMSNorm before o_proj and before down_proj) and uses hidden_act relu2.
+
+Prefill (N tokens: GEMM path) and decode (one token: GEMV path) are separate methods so that their
+speeds can be measured apart. Both write K/V into the static cache (kv_cache.py).
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from lowbit.formats import Activations, PackedWeight
+from lowbit.model.config import ModelArgs
+from lowbit.model.kv_cache import KVCache
+from lowbit.model.layers import ACTIVATIONS, Embedding, Linear, Rope, as_packed, rms_norm
+
+DEFAULT_MAX_CONTEXT = 8192  # cap on the cache when neither the config nor the user asks for less
+PREFILL_CHUNK = 512  # prompt tokens per prefill step: bounds the [heads, n, ctx] score buffers
+
+
+def _softmax_(s: np.ndarray) -> np.ndarray:
+    """In-place softmax over the last axis. s: float32 [..., T]."""
+    s -= s.max(axis=-1, keepdims=True)
+    np.exp(s, out=s)
+    s /= s.sum(axis=-1, keepdims=True)
+    return s
+
+
+class Block:
+    """One decoder layer. Reads its K/V slice of the static cache: kc, vc: [kv_heads, max_ctx, head_dim]."""
+
+    def __init__(self, model: "Model", i: int, get: Callable[[str], object]):
+        a = model.args
+        p = f"model.layers.{i}."
+        self.n_heads, self.n_kv, self.hd = a.num_attention_heads, a.num_key_value_heads, a.head_dim
+        self.group = self.n_heads // self.n_kv
+        self.eps = a.rms_norm_eps
+        self.rope = model.rope
+        self.scale = np.float32(1.0 / np.sqrt(self.hd))
+        self.act = model.act
+        lin = model.linear
+        self.ln1 = model.norm_weight(get(p + "input_layernorm.weight"))  # [hidden]
+        self.ln2 = model.norm_weight(get(p + "post_attention_layernorm.weight"))  # [hidden]
+        self.q = lin(p + "self_attn.q_proj")  # [heads*hd, hidden]
+        self.k = lin(p + "self_attn.k_proj")  # [kv_heads*hd, hidden]
+        self.v = lin(p + "self_attn.v_proj")  # [kv_heads*hd, hidden]
+        self.o = lin(p + "self_attn.o_proj")  # [hidden, heads*hd]
+        self.gate = lin(p + "mlp.gate_proj")  # [inter, hidden]
+        self.up = lin(p + "mlp.up_proj")  # [inter, hidden]
+        self.down = lin(p + "mlp.down_proj")  # [hidden, inter]
+        self.attn_sub = self.ffn_sub = None
+        if model.sub_norms:
+            self.attn_sub = model.norm_weight(get(p + "self_attn.attn_sub_norm.weight"))  # [heads*hd]
+            self.ffn_sub = model.norm_weight(get(p + "mlp.ffn_sub_norm.weight"))  # [inter]
+        self.kc = model.cache.k[i]  # [kv_heads, max_ctx, hd], a view of the static cache
+        self.vc = model.cache.v[i]
+
+    def _mlp(self, x: np.ndarray) -> np.ndarray:
+        """x: [n, hidden] (residual stream, updated in place)."""
+        a = Activations(rms_norm(x, self.ln2, self.eps))  # gate and up share one int8 quantization
+        g = self.act(self.gate(a))  # [n, inter]
+        g *= self.up(a)
+        if self.ffn_sub is not None:
+            g = rms_norm(g, self.ffn_sub, self.eps)
+        x += self.down(g)
+        return x
+
+    def _qkv(self, x: np.ndarray, pos: int):
+        """x: [n, hidden] -> q [n, heads, hd] (pre-scaled by 1/sqrt(hd)), k, v [n, kv_heads, hd]."""
+        n = x.shape[0]
+        a = Activations(rms_norm(x, self.ln1, self.eps))  # Q/K/V share one int8 quantization
+        q = self.q(a).reshape(n, self.n_heads, self.hd)
+        k = self.k(a).reshape(n, self.n_kv, self.hd)
+        v = self.v(a).reshape(n, self.n_kv, self.hd)
+        cos, sin = self.rope.tables(pos, n)  # [n, 1, hd/2]
+        q = self.rope.apply(q, cos * self.scale, sin * self.scale)
+        k = self.rope.apply(k, cos, sin)
+        return q, k, v
+
+    def _out(self, x: np.ndarray, o: np.ndarray) -> np.ndarray:
+        """o: [n, heads*hd] attention output -> x += o_proj(o)."""
+        if self.attn_sub is not None:
+            o = rms_norm(o, self.attn_sub, self.eps)
+        x += self.o(o)
+        return x
+
+    def decode(self, x: np.ndarray, pos: int) -> np.ndarray:
+        """x: [1, hidden] at position pos -> [1, hidden]; writes K/V at pos."""
+        q, k, v = self._qkv(x, pos)
+        self.kc[:, pos] = k[0]
+        self.vc[:, pos] = v[0]
+        t = pos + 1
+        qg = q.reshape(self.n_kv, self.group, self.hd)  # [kv, g, hd]
+        s = np.matmul(qg, self.kc[:, :t].transpose(0, 2, 1))  # [kv, g, t]
+        o = np.matmul(_softmax_(s), self.vc[:, :t])  # [kv, g, hd]
+        x = self._out(x, o.reshape(1, self.n_heads * self.hd))
+        return self._mlp(x)
+
+    def prefill(self, x: np.ndarray, pos: int, mask: np.ndarray) -> np.ndarray:
+        """x: [n, hidden] at positions pos..pos+n-1; mask: [n, pos+n] (0 or -inf) -> [n, hidden]."""
+        n = x.shape[0]
+        q, k, v = self._qkv(x, pos)
+        self.kc[:, pos:pos + n] = k.transpose(1, 0, 2)
+        self.vc[:, pos:pos + n] = v.transpose(1, 0, 2)
+        t = pos + n
+        qg = q.reshape(n, self.n_kv, self.group, self.hd).transpose(1, 2, 0, 3)  # [kv, g, n, hd]
+        s = np.matmul(qg, self.kc[:, None, :t].transpose(0, 1, 3, 2))  # [kv, g, n, t]
+        s += mask
+        o = np.matmul(_softmax_(s), self.vc[:, None, :t])  # [kv, g, n, hd]
+        x = self._out(x, o.transpose(2, 0, 1, 3).reshape(n, self.n_heads * self.hd))
+        return self._mlp(x)
+
+
+class Model:
+    """A decoder-only LM with its static KV cache.
+
+    Build with `Model.from_weights(config, weights)` (weights: HF tensor name -> PackedWeight or
+    float array; float linears become f32, or `format` if given) or through `lowbit.load`.
+    """
+
+    sub_norms = False  # BitNet: RMSNorm before o_proj and before down_proj
+
+    def __init__(self, args: ModelArgs, weights: Mapping[str, object], tokenizer=None,
+                 max_context: int | None = None, format: str | None = None, **quant_options):
+        self.args = args
+        self.tokenizer = tokenizer
+        self._format, self._qopts = format, quant_options
+        if args.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act {args.hidden_act!r} is not supported ({', '.join(ACTIVATIONS)})")
+        self.act = ACTIVATIONS[args.hidden_act]
+        weights = self.sanitize(dict(weights))
+        self._weights = weights
+        self.max_context = int(max_context or min(args.max_position_embeddings, DEFAULT_MAX_CONTEXT))
+        self.cache = KVCache(args.num_hidden_layers, args.num_key_value_heads, args.head_dim, self.max_context)
+        self.rope = Rope(args.head_dim, self.max_context, args.rope_theta, args.rope_scaling)
+        self.embed = Embedding(self._get("model.embed_tokens.weight"))  # [vocab, hidden]
+        self.layers = [Block(self, i, self._get) for i in range(args.num_hidden_layers)]
+        self.norm = self.norm_weight(self._get("model.norm.weight"))  # [hidden]
+        self.tied = "lm_head.weight" not in weights
+        if not self.tied:
+            self.lm_head = self.linear("lm_head")  # [vocab, hidden]
+        elif args.tie_word_embeddings:
+            self.lm_head = self.embed.as_linear()  # shares the table's memory
+        else:
+            raise KeyError("lm_head.weight is missing and the config does not tie word embeddings")
+        del self._weights  # the layers hold what they need
+
+    # ---- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_weights(cls, config: dict | ModelArgs, weights: Mapping[str, object], tokenizer=None,
+                     max_context: int | None = None, format: str | None = None, **quant_options) -> "Model":
+        """Builds the architecture named by config["model_type"] from in-memory weights."""
+        from lowbit.model import get_model_class
+
+        args = config if isinstance(config, ModelArgs) else ModelArgs.from_config(config)
+        return get_model_class(args.model_type)(args, weights, tokenizer=tokenizer, max_context=max_context,
+                                                format=format, **quant_options)
+
+    @classmethod
+    def sanitize(cls, weights: dict) -> dict:
+        """Renames/drops checkpoint tensors before use (HF's rotary inv_freq buffers are dropped)."""
+        return {k: v for k, v in weights.items() if not k.endswith("rotary_emb.inv_freq")}
+
+    def _get(self, name: str):
+        try:
+            return self._weights[name]
+        except KeyError:
+            raise KeyError(f"weight {name!r} is missing from the checkpoint") from None
+
+    def linear(self, prefix: str) -> Linear:
+        w = as_packed(self._get(prefix + ".weight"), self._format, **self._qopts)
+        b = self._weights.get(prefix + ".bias")
+        return Linear(w, None if b is None else self.norm_weight(b))
+
+    @staticmethod
+    def norm_weight(w) -> np.ndarray:
+        if isinstance(w, PackedWeight):
+            w = w.dequantize()
+        return np.ascontiguousarray(np.asarray(w, np.float32).reshape(-1))
+
+    # ---- running ---------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Empties the KV cache (it stays allocated)."""
+        self.cache.reset()
+
+    def prefill(self, ids, all_logits: bool = False, chunk: int = PREFILL_CHUNK) -> np.ndarray:
+        """Runs ids after the cached positions (GEMM path, `chunk` tokens at a time).
+
+        ids: int [n] -> float32 logits [vocab] of the last token, or [n, vocab] if all_logits.
+        """
+        ids = [int(i) for i in ids]
+        n = len(ids)
+        if n == 0:
+            raise ValueError("prefill needs at least one token")
+        self.cache.check_room(n)
+        outs = []
+        for s in range(0, n, chunk):
+            part = ids[s:s + chunk]
+            h = self._forward(part)  # [m, hidden], final-normed
+            if all_logits:
+                outs.append(self.lm_head(h))
+            elif s + chunk >= n:
+                outs.append(self.lm_head(h[-1:])[0])
+        return np.concatenate(outs, axis=0) if all_logits else outs[-1]
+
+    def _forward(self, ids: list[int]) -> np.ndarray:
+        """ids: [m] at positions length.. -> normed hidden [m, hidden]; appends to the cache."""
+        c = self.cache
+        pos, m = c.length, len(ids)
+        mask = np.triu(np.full((m, pos + m), -np.inf, np.float32), k=pos + 1)  # [m, pos+m]
+        x = self.embed(ids)  # [m, hidden]
+        for blk in self.layers:
+            x = blk.prefill(x, pos, mask)
+        c.length += m
+        c.tokens.extend(ids)
+        return rms_norm(x, self.norm, self.args.rms_norm_eps)
+
+    def decode(self, token: int) -> np.ndarray:
+        """One token at the next position (GEMV path) -> float32 logits [vocab]."""
+        c = self.cache
+        pos = c.length
+        if pos >= c.max_ctx:
+            c.check_room(1)
+        x = self.embed([token])  # [1, hidden]
+        for blk in self.layers:
+            x = blk.decode(x, pos)
+        c.length = pos + 1
+        c.tokens.append(int(token))
+        return self.lm_head(rms_norm(x, self.norm, self.args.rms_norm_eps))[0]
+
+    def logits(self, ids) -> np.ndarray:
+        """Teacher-forced logits of a whole sequence from an empty cache: int [n] -> float32 [n, vocab]."""
+        self.reset()
+        try:
+            return self.prefill(ids, all_logits=True)
+        finally:
+            self.reset()
+
+    # ---- description -----------------------------------------------------------------------
+    def linears(self) -> dict[str, Linear]:
+        """HF-style name -> Linear, in model order (lm_head last)."""
+        names = ("q", "k", "v", "o", "gate", "up", "down")
+        full = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+                "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+        out = {}
+        for i, blk in enumerate(self.layers):
+            for n in names:
+                out[f"model.layers.{i}.{full[n]}"] = getattr(blk, n)
+        out["lm_head"] = self.lm_head
+        return out
+
+    @property
+    def n_params(self) -> int:
+        """Parameters, counting tied embeddings once."""
+        v, d = self.embed.shape
+        n = v * d + self.norm.size
+        for blk in self.layers:
+            n += blk.ln1.size + blk.ln2.size
+            n += sum(getattr(blk, a).size for a in ("attn_sub", "ffn_sub") if getattr(blk, a) is not None)
+            for lin in (blk.q, blk.k, blk.v, blk.o, blk.gate, blk.up, blk.down):
+                m, k = lin.shape
+                n += m * k + (0 if lin.bias is None else lin.bias.size)
+        if not (self.tied or self.args.tie_word_embeddings):
+            m, k = self.lm_head.shape
+            n += m * k
+        return n
