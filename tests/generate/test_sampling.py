@@ -1,0 +1,81 @@
+"""Sampling: greedy, seeded determinism, the top-k / top-p / min-p cuts, repetition penalty."""
+import numpy as np
+import pytest
+
+from lowbit.generate import Sampler, SamplingParams, apply_repetition_penalty
+
+
+def logits_of(n=1000, seed=0):
+    return (np.random.default_rng(seed).standard_normal(n) * 3).astype(np.float32)
+
+
+def draws(params, logits, n=50):
+    s = Sampler(params)
+    return [s(logits) for _ in range(n)]
+
+
+def test_greedy_is_argmax():
+    x = logits_of()
+    assert Sampler(SamplingParams())(x) == int(np.argmax(x))
+
+
+def test_seed_determinism():
+    x = logits_of()
+    p = SamplingParams(temperature=1.0, top_p=0.9, seed=7)
+    assert draws(p, x) == draws(p, x)
+    assert draws(p, x) != draws(SamplingParams(temperature=1.0, top_p=0.9, seed=8), x)
+
+
+@pytest.mark.parametrize("kw", [dict(top_k=1), dict(top_p=1e-6), dict(min_p=0.999)])
+def test_narrow_cuts_are_greedy(kw):
+    x = logits_of()
+    assert set(draws(SamplingParams(temperature=1.5, seed=0, **kw), x)) == {int(np.argmax(x))}
+
+
+def reference_keep(x, temperature, top_k=0, top_p=1.0, min_p=0.0):
+    """The set of ids a full sort keeps (HF order: temperature, top-k, top-p, min-p)."""
+    z = x.astype(np.float64) / temperature
+    order = np.argsort(-z, kind="stable")
+    if top_k:
+        order = order[:top_k]
+    p = np.exp(z[order] - z[order[0]])
+    p /= p.sum()
+    n = len(order)
+    if top_p < 1:
+        n = min(n, int(np.searchsorted(np.cumsum(p), top_p)) + 1)
+    if min_p > 0:
+        n = min(n, int(np.count_nonzero(p >= min_p * p[0])))
+    return set(order[:n].tolist())
+
+
+@pytest.mark.parametrize("kw", [dict(top_k=5), dict(top_p=0.5), dict(top_p=0.999), dict(min_p=0.05),
+                                dict(top_p=0.9, min_p=0.01), dict(top_k=50, top_p=0.8)])
+def test_support_matches_full_sort(kw):
+    x = logits_of(5000, seed=3)
+    keep = reference_keep(x, 1.0, **kw)
+    got = set(draws(SamplingParams(temperature=1.0, seed=1, **kw), x, n=400))
+    assert got <= keep
+    if len(keep) <= 5:
+        assert got == keep
+
+
+def test_frequencies_follow_softmax():
+    x = np.array([2.0, 1.0, 0.0, -1.0], np.float32)
+    counts = np.bincount(draws(SamplingParams(temperature=1.0, seed=0), x, n=20000), minlength=4) / 20000
+    p = np.exp(x) / np.exp(x).sum()
+    np.testing.assert_allclose(counts, p, atol=0.015)
+
+
+def test_repetition_penalty():
+    x = np.array([2.0, -2.0, 1.0], np.float32)
+    y = apply_repetition_penalty(x, [0, 1], 2.0, 64)
+    np.testing.assert_allclose(y, [1.0, -4.0, 1.0])
+    assert x[0] == 2.0  # not modified in place
+    assert Sampler(SamplingParams(repetition_penalty=3.0))(x, history=[0]) == 2
+
+
+def test_bad_params():
+    with pytest.raises(ValueError):
+        SamplingParams(temperature=-1)
+    with pytest.raises(ValueError):
+        SamplingParams(top_p=0.0)

@@ -1,0 +1,104 @@
+"""The decoder on tiny random configs: shapes, incremental == teacher-forced, prefix reuse, context
+errors, and equality with transformers' Llama and BitNet on the same float weights."""
+import numpy as np
+import pytest
+
+from lowbit.model import ContextOverflowError, Model, ModelArgs, bitnet, get_model_class
+from lowbit.model.dummy import dummy_weights
+from tests.model.tiny import tiny_config, tiny_model
+
+IDS = [256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 65]
+
+
+def test_args_from_hf_config():
+    a = ModelArgs.from_config({"model_type": "llama", "hidden_size": 576, "num_attention_heads": 9,
+                               "num_key_value_heads": 3, "rope_parameters": {"rope_type": "default", "rope_theta": 1e5},
+                               "unknown_key": 1})
+    assert a.head_dim == 64 and a.rope_theta == 1e5 and a.rope_scaling is None and a.extra["unknown_key"] == 1
+    assert ModelArgs.from_config({"model_type": "mobilellm", "share_embedding": True}).tie_word_embeddings
+    with pytest.raises(ValueError, match="unsupported model_type"):
+        get_model_class("gpt2")
+
+
+def test_shapes():
+    m = tiny_model()
+    assert m.prefill(IDS[:5]).shape == (260,)
+    assert m.decode(7).shape == (260,)
+    assert m.cache.length == 6 and m.cache.tokens == IDS[:5] + [7]
+    assert m.logits(IDS).shape == (len(IDS), 260) and m.cache.length == 0
+    assert m.cache.k.shape == (2, 2, 128, 16)
+
+
+@pytest.mark.parametrize("format", [None, "int8", "ternary"])
+def test_decode_equals_teacher_forced(format):
+    m = tiny_model(format=format)
+    full = m.logits(IDS)  # [n, vocab]
+    m.reset()
+    got = [m.prefill(IDS[:4])]
+    got += [m.decode(t) for t in IDS[4:]]
+    np.testing.assert_allclose(np.stack(got), full[3:], rtol=1e-4, atol=1e-4)
+
+
+def test_chunked_prefill_and_prefix_continuation():
+    m = tiny_model()
+    full = m.logits(IDS)
+    np.testing.assert_allclose(m.prefill(IDS, all_logits=True, chunk=5), full, rtol=1e-5, atol=1e-5)
+    m.reset()
+    m.prefill(IDS[:7])
+    np.testing.assert_allclose(m.prefill(IDS[7:], all_logits=True), full[7:], rtol=1e-5, atol=1e-5)
+
+
+def test_context_overflow():
+    m = tiny_model(max_context=8)
+    m.prefill(IDS[:8])
+    with pytest.raises(ContextOverflowError, match="context"):
+        m.decode(1)
+    m.reset()
+    with pytest.raises(ContextOverflowError):
+        m.prefill(IDS[:9])
+
+
+def test_untied_gqa_bias_variants():
+    cfg = tiny_config(tie_word_embeddings=False, num_key_value_heads=1, attention_bias=True)
+    w = dummy_weights(cfg)
+    for p in ("q", "k", "v"):
+        w[f"model.layers.0.self_attn.{p}_proj.bias"] = np.full(w[f"model.layers.0.self_attn.{p}_proj.weight"].shape[0], 0.1, np.float32)
+    m = Model.from_weights(cfg, w)
+    assert not m.tied and m.layers[0].q.bias is not None and m.layers[1].q.bias is None
+    full = m.logits(IDS)
+    m.prefill(IDS[:3])
+    np.testing.assert_allclose(m.decode(IDS[3]), full[3], rtol=1e-5, atol=1e-5)
+
+
+def test_bitnet_is_a_flag():
+    m = tiny_model(model_type="bitnet", hidden_act="relu2")
+    assert isinstance(m, bitnet.Model) and m.layers[0].attn_sub is not None
+    with pytest.raises(KeyError, match="attn_sub_norm"):
+        Model.from_weights(tiny_config(model_type="bitnet"), dummy_weights(tiny_config()))
+
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("arch", ["llama", "llama3-rope", "bitnet"])
+def test_matches_transformers(arch):
+    """Same float weights in transformers and lowbit's f32 path: logits agree to float32 rounding."""
+    kw = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              vocab_size=120, max_position_embeddings=128, tie_word_embeddings=arch != "llama", rope_theta=500000.0,
+              bos_token_id=1, eos_token_id=2)
+    if arch == "bitnet":
+        cfg, cls = transformers.BitNetConfig(**kw), transformers.BitNetForCausalLM
+    else:
+        if arch == "llama3-rope":
+            kw["rope_scaling"] = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                      original_max_position_embeddings=16)
+        cfg, cls = transformers.LlamaConfig(**kw), transformers.LlamaForCausalLM
+    torch.manual_seed(0)
+    hf = cls(cfg).eval()
+    weights = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+    m = Model.from_weights(cfg.to_dict(), weights)
+    ids = [int(i) for i in np.random.default_rng(0).integers(0, 120, 40)]
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids])).logits[0].numpy()
+    np.testing.assert_allclose(m.logits(ids), ref, rtol=1e-4, atol=1e-5)
