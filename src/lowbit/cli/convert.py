@@ -1,0 +1,72 @@
+"""`lowbit convert SRC OUT --format ternary`: a checkpoint -> a lowbit model directory."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+FORMAT_HELP = {
+    "ternary": "1.58-bit {-1,0,+1} x scale (lossless for BitNet / TQ1_0 / TQ2_0 sources)",
+    "binary": "1-bit +-scale",
+    "int2": "2-bit codes, per-group scale and offset",
+    "int4": "4-bit codes, per-group scale and offset (default)",
+    "int8": "8-bit codes",
+    "bf16": "bfloat16 (no quantization; the speed baseline)",
+    "f32": "float32",
+}
+
+EPILOG = """\
+formats:
+{formats}
+
+examples:
+  lowbit convert HuggingFaceTB/SmolLM2-135M-Instruct smollm2-int4
+  lowbit convert SmolLM2-135M-Instruct.Q4_1.gguf smollm2-int2 --format int2 --group-size 64
+  lowbit convert bitnet-b1.58-2B-4T bitnet --format ternary
+
+SRC is a Hugging Face model folder (config.json + *.safetensors + tokenizer.json), a .gguf file,
+or a lowbit model directory. Ternary and binary make sense only for models trained for them
+(BitNet b1.58, ParetoQ); on other models quality collapses (you get a warning).
+The output is written to a temporary folder and renamed at the end: an interrupted conversion
+leaves no OUT behind.
+"""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    formats = "\n".join(f"  {k:<8} {v}" for k, v in FORMAT_HELP.items())
+    p = subparsers.add_parser(
+        "convert", help="convert a checkpoint (HF safetensors or GGUF) to a lowbit model directory",
+        description="Convert a checkpoint to a lowbit model directory: packed weights (mmap-able safetensors), "
+                    "config.json and tokenizer files.",
+        epilog=EPILOG.format(formats=formats), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("src", metavar="SRC", help="HF model folder, .gguf file, or lowbit directory")
+    p.add_argument("out", metavar="OUT", help="directory to create")
+    p.add_argument("--format", "-f", default="int4", choices=list(FORMAT_HELP),
+                   help="format of the decoder layers' projection weights (default: int4)")
+    p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
+                   help="input channels per scale, a multiple of 64 (default: the format's own: 64 for int4/int2, "
+                        "one per tensor for ternary)")
+    p.add_argument("--lm-head-format", default="int8", choices=list(FORMAT_HELP), metavar="FMT",
+                   help="format of the output projection (default: int8)")
+    p.add_argument("--embed-format", default="bf16", choices=list(FORMAT_HELP), metavar="FMT",
+                   help="format of the embedding table (default: bf16)")
+    p.add_argument("--force", action="store_true", help="replace OUT if it is an existing lowbit directory")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args) -> int:
+    from lowbit.io.convert import convert
+    from lowbit.io.modeldir import LowbitCheckpoint
+
+    try:
+        out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
+                      lm_head_format=args.lm_head_format, embed_format=args.embed_format,
+                      overwrite=args.force, progress=not args.quiet)
+    except FileExistsError as e:
+        print(f"lowbit: error: {e}", file=sys.stderr)
+        return 1
+    ck = LowbitCheckpoint(out)
+    nbytes = sum(f.path.stat().st_size for f in ck.files)
+    print(f"wrote {out} ({nbytes / 2**20:.1f} MiB, {len(ck.tensor_names())} tensors, format {args.format})")
+    return 0

@@ -1,0 +1,1 @@
+"""Reading checkpoints (HF safetensors, GGUF, lowbit dirs), tokenizers, and writing lowbit model directories."""

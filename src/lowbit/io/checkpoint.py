@@ -1,0 +1,177 @@
+"""Checkpoints: one reader per source kind, all speaking Hugging Face tensor names and config keys.
+
+    ckpt = open_checkpoint("SmolLM2-135M-Instruct.Q4_1.gguf")   # or an HF folder, or a lowbit dir
+    ckpt.config["hidden_size"]; ckpt.tensor_names()
+    w = ckpt.load("model.layers.0.self_attn.q_proj.weight")    # float32 [M, K] or a PackedWeight
+    tok = ckpt.tokenizer()
+
+Tensor names (``W`` = weight matrices [out, in], ``N`` = norm vectors):
+    model.embed_tokens.weight                          W [vocab, hidden]
+    model.layers.{i}.self_attn.{q,k,v,o}_proj.weight   W q [heads*hd, hidden], k/v [kv*hd, hidden], o [hidden, heads*hd]
+    model.layers.{i}.mlp.{gate,up,down}_proj.weight    W gate/up [inter, hidden], down [hidden, inter]
+    model.layers.{i}.input_layernorm.weight            N [hidden]
+    model.layers.{i}.post_attention_layernorm.weight   N [hidden]
+    model.layers.{i}.self_attn.attn_sub_norm.weight    N [heads*hd]   (BitNet only)
+    model.layers.{i}.mlp.ffn_sub_norm.weight           N [inter]      (BitNet only)
+    model.norm.weight                                  N [hidden]
+    lm_head.weight                                     W [vocab, hidden]  (absent when tied)
+"""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+from lowbit.formats import PackedWeight
+
+SUPPORTED_MODEL_TYPES = ("llama", "bitnet")
+LLAMA_ALIASES = {"mobilellm": "llama", "smollm": "llama", "smollm2": "llama", "falcon3": "llama"}
+
+ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+LINEAR_SUFFIXES = tuple(f"self_attn.{p}.weight" for p in ATTN) + tuple(f"mlp.{p}.weight" for p in MLP)
+EMBED = "model.embed_tokens.weight"
+LM_HEAD = "lm_head.weight"
+FINAL_NORM = "model.norm.weight"
+
+
+def layer_tensor_names(i: int, sub_norms: bool) -> list[str]:
+    """The tensor names of decoder layer i, in file order."""
+    p = f"model.layers.{i}."
+    names = [p + "input_layernorm.weight"] + [p + s for s in LINEAR_SUFFIXES[:4]]
+    if sub_norms:
+        names.append(p + "self_attn.attn_sub_norm.weight")
+    names += [p + "post_attention_layernorm.weight"] + [p + s for s in LINEAR_SUFFIXES[4:]]
+    if sub_norms:
+        names.append(p + "mlp.ffn_sub_norm.weight")
+    return names
+
+
+def canonical_names(config: dict, sub_norms: bool) -> list[str]:
+    """Every tensor a model of this config has, in order (lm_head only when untied)."""
+    names = [EMBED]
+    for i in range(config["num_hidden_layers"]):
+        names += layer_tensor_names(i, sub_norms)
+    names.append(FINAL_NORM)
+    if not config["tie_word_embeddings"]:
+        names.append(LM_HEAD)
+    return names
+
+
+def is_linear(name: str) -> bool:
+    """True for the decoder layers' projection weights (the ones `format` applies to)."""
+    return name.startswith("model.layers.") and name.endswith(LINEAR_SUFFIXES)
+
+
+def expected_shape(config: dict, name: str) -> tuple[int, ...]:
+    """The shape the config implies for a canonical tensor name."""
+    h, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    hd = config["head_dim"]
+    q, kv = config["num_attention_heads"] * hd, config["num_key_value_heads"] * hd
+    if name in (EMBED, LM_HEAD):
+        return (vocab, h)
+    if name == FINAL_NORM or name.endswith(("input_layernorm.weight", "post_attention_layernorm.weight")):
+        return (h,)
+    table = {
+        "self_attn.q_proj.weight": (q, h), "self_attn.k_proj.weight": (kv, h), "self_attn.v_proj.weight": (kv, h),
+        "self_attn.o_proj.weight": (h, q), "mlp.gate_proj.weight": (inter, h), "mlp.up_proj.weight": (inter, h),
+        "mlp.down_proj.weight": (h, inter), "self_attn.attn_sub_norm.weight": (q,), "mlp.ffn_sub_norm.weight": (inter,),
+    }
+    for suffix, shape in table.items():
+        if name.endswith(suffix):
+            return shape
+    raise KeyError(f"not a known tensor name: {name!r}")
+
+
+def normalize_config(raw: dict, where) -> dict:
+    """Checks and completes a Hugging Face-style config (keys as in config.json).
+
+    Fills num_key_value_heads, head_dim, rope_theta (also from transformers 5's rope_parameters),
+    rope_scaling, rms_norm_eps, hidden_act, max_position_embeddings, tie_word_embeddings defaults.
+    Raises ValueError naming `where` for an unsupported model_type or missing sizes.
+    """
+    cfg = dict(raw)
+    mt = str(cfg.get("model_type", "")).lower()
+    mt = LLAMA_ALIASES.get(mt, mt)
+    if mt not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"{where}: unsupported model_type {cfg.get('model_type')!r}; lowbit supports "
+                         f"{', '.join(SUPPORTED_MODEL_TYPES)} (SmolLM2, Falcon3, MobileLLM are llama)")
+    cfg["model_type"] = mt
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
+        if not isinstance(cfg.get(key), int) or cfg[key] <= 0:
+            raise ValueError(f"{where}: config needs a positive integer {key!r}, got {cfg.get(key)!r}")
+    cfg["num_key_value_heads"] = int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
+    if cfg["num_attention_heads"] % cfg["num_key_value_heads"]:
+        raise ValueError(f"{where}: num_attention_heads={cfg['num_attention_heads']} is not a multiple of "
+                         f"num_key_value_heads={cfg['num_key_value_heads']}")
+    cfg["head_dim"] = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+    rope = cfg.get("rope_parameters") or {}
+    cfg["rope_theta"] = float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0)
+    scaling = cfg.get("rope_scaling")
+    if scaling is None and rope.get("rope_type", "default") != "default":
+        scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+    cfg["rope_scaling"] = scaling
+    cfg["rms_norm_eps"] = float(cfg.get("rms_norm_eps") or 1e-6)
+    cfg["hidden_act"] = cfg.get("hidden_act") or ("relu2" if mt == "bitnet" else "silu")
+    cfg["max_position_embeddings"] = int(cfg.get("max_position_embeddings") or 2048)
+    cfg["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+    cfg.setdefault("bos_token_id", None)
+    cfg.setdefault("eos_token_id", None)
+    return cfg
+
+
+def check_shape(where, name: str, got, want) -> None:
+    if tuple(got) != tuple(want):
+        raise ValueError(f"{where}: tensor {name!r} has shape {list(got)} but the config implies {list(want)}")
+
+
+class Checkpoint:
+    """A source of weights with HF names. Subclasses: HFCheckpoint, GGUFCheckpoint, LowbitCheckpoint."""
+
+    kind: str = ""
+
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+        self.config: dict = {}
+
+    def tensor_names(self) -> list[str]:
+        raise NotImplementedError
+
+    def load(self, name: str) -> np.ndarray | PackedWeight:
+        """float32 [M, K] / [N] for dense tensors, or a PackedWeight (lowbit dirs, lossless ternary)."""
+        raise NotImplementedError
+
+    def tokenizer(self):
+        raise NotImplementedError
+
+    def _unknown(self, name: str) -> KeyError:
+        return KeyError(f"{self.path}: no tensor {name!r} (see tensor_names())")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.kind} {self.path}>"
+
+
+def open_checkpoint(path) -> Checkpoint:
+    """Opens an HF folder (config.json + *.safetensors), a .gguf file, or a lowbit model directory."""
+    p = pathlib.Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such file or directory")
+    if p.is_file():
+        with open(p, "rb") as f:
+            magic = f.read(4)
+        if magic == b"GGUF" or p.suffix == ".gguf":
+            from lowbit.io.gguf_checkpoint import GGUFCheckpoint
+            return GGUFCheckpoint(p)
+        raise ValueError(f"{p}: not a GGUF file; pass a .gguf file, an HF model folder or a lowbit model directory")
+    cfg = p / "config.json"
+    if not cfg.is_file():
+        ggufs = sorted(p.glob("*.gguf"))
+        if len(ggufs) == 1:
+            from lowbit.io.gguf_checkpoint import GGUFCheckpoint
+            return GGUFCheckpoint(ggufs[0])
+        raise FileNotFoundError(f"{p}: no config.json (not an HF model folder or lowbit model directory)")
+    from lowbit.io.modeldir import LowbitCheckpoint, is_lowbit_dir
+    if is_lowbit_dir(p):
+        return LowbitCheckpoint(p)
+    from lowbit.io.hf import HFCheckpoint
+    return HFCheckpoint(p)

@@ -1,0 +1,107 @@
+"""Checkpoint -> lowbit model directory, one tensor at a time.
+
+    convert("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-int4", format="int4")
+    convert("bitnet-b1.58-2B-4T", "bitnet-ternary", format="ternary")   # packed ternary stays lossless
+
+What goes where:
+    decoder-layer projections (q/k/v/o, gate/up/down)   -> `format` (group_size if given)
+    lm_head (or, when tied, a copy of the embedding)    -> `lm_head_format`
+    model.embed_tokens                                  -> `embed_format` (bf16: the runtime gathers rows)
+    norms                                               -> float32
+Peak memory: one source tensor in float32 plus the packed output waiting for its shard (<= 1 GiB).
+"""
+from __future__ import annotations
+
+import pathlib
+import warnings
+
+import numpy as np
+
+from lowbit.formats import FORMATS, PackedWeight, quantize
+from lowbit.formats.ternary import TernaryWeight
+from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear, open_checkpoint
+from lowbit.io.modeldir import SHARD_BYTES, ModelDirWriter
+
+LOW_BIT = ("ternary", "binary")
+COLLAPSE_WARNING = ("converting float weights to {fmt}: expect the model's quality to collapse unless it was "
+                    "trained for it (BitNet b1.58 / ParetoQ-style quantization-aware training)")
+
+
+def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = None) -> PackedWeight:
+    """value (float32 [M, K] or a PackedWeight) -> PackedWeight in fmt.
+
+    A packed value already in fmt is kept as is (lossless: BitNet / TQ ternary stays ternary);
+    otherwise it is dequantized and quantized again.
+    """
+    if isinstance(value, PackedWeight):
+        if value.format == fmt and (group_size is None or fmt == "ternary" or getattr(value, "group", None) == group_size):
+            return value
+        value = value.dequantize()
+    options = {} if group_size is None or fmt in ("f32", "bf16") else {"group_size": group_size}
+    return quantize(value, fmt, **options)
+
+
+def _check_format(name: str, fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown {name} {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def convert(src, out, format: str = "int4", group_size: int | None = None, lm_head_format: str = "int8",
+            embed_format: str = "bf16", overwrite: bool = False, progress: bool = True,
+            shard_bytes: int = SHARD_BYTES) -> pathlib.Path:
+    """Converts a checkpoint (HF folder, .gguf, or lowbit dir) into a lowbit model directory at out.
+
+    Args:
+        src: path of the source checkpoint.
+        out: the directory to create (refused if it exists, unless overwrite).
+        format: weight format of the decoder layers' projections (f32, bf16, int8, int4, int2, ternary, binary).
+        group_size: input channels per scale (a multiple of 64) for those; None = the format's default.
+        lm_head_format: format of the output projection (tied embeddings get their own copy).
+        embed_format: format of the embedding table.
+        overwrite: replace an existing lowbit directory at out.
+        progress: show a tqdm bar.
+    Returns:
+        the path of the new directory.
+    """
+    _check_format("format", format)
+    _check_format("lm_head_format", lm_head_format)
+    _check_format("embed_format", embed_format)
+    if group_size is not None and (group_size <= 0 or group_size % 64):
+        raise ValueError(f"group size must be a positive multiple of 64, got {group_size}")
+    ckpt = open_checkpoint(src)
+    tokenizer = ckpt.tokenizer()
+    names = ckpt.tensor_names()
+    config = dict(ckpt.config)
+    tied = LM_HEAD not in names
+    warned = False
+    from tqdm.auto import tqdm
+
+    with ModelDirWriter(out, overwrite=overwrite, shard_bytes=shard_bytes) as writer:
+        bar = tqdm(total=len(names) + tied, desc=f"lowbit convert -> {format}", unit="tensor", disable=not progress)
+        for name in names:
+            bar.set_postfix_str(name, refresh=False)
+            value = ckpt.load(name)
+            if is_linear(name):
+                if format in LOW_BIT and not isinstance(value, TernaryWeight) and not warned:
+                    warnings.warn(COLLAPSE_WARNING.format(fmt=format), UserWarning, stacklevel=2)
+                    warned = True
+                writer.add(name, pack(value, format, group_size))
+            elif name == LM_HEAD:
+                writer.add(name, pack(value, lm_head_format))
+            elif name == EMBED:
+                writer.add(name, pack(value, embed_format))
+                if tied:
+                    writer.add(LM_HEAD, pack(value, lm_head_format))
+                    bar.update()
+            else:
+                dense = value.dequantize() if isinstance(value, PackedWeight) else value
+                writer.add(name, np.asarray(dense, np.float32))
+            del value
+            bar.update()
+        bar.close()
+        if tied:  # the directory now holds its own lm_head
+            config["tie_word_embeddings"] = False
+        meta = {"format": format, "group_size": group_size, "lm_head_format": lm_head_format,
+                "embed_format": embed_format, "source": str(ckpt.path), "source_kind": ckpt.kind,
+                "tied_embeddings": tied or bool(ckpt.config.get("tie_word_embeddings"))}
+        return writer.finish(config, tokenizer, meta)

@@ -1,0 +1,215 @@
+"""The lowbit model directory: what `lowbit convert` writes and `lowbit.load` mmaps.
+
+    OUT/config.json              HF config keys + "lowbit": {"version", "format", "group_size",
+                                 "lm_head_format", "embed_format", "source", "tensors": {name: meta}}
+                                 meta = the PackedWeight's state()[0] (has "format"), or
+                                 {"dtype": "float32", "shape": [...]} for dense tensors (norms)
+    OUT/tokenizer.json, tokenizer_config.json
+    OUT/model.safetensors        packed tensor X -> arrays "X.codes", "X.scale", ("X.offset" | "X.weight"...);
+                                 dense tensor X -> float32 array "X"
+         (or model-0000i-of-0000n.safetensors + model.safetensors.index.json when larger than one shard)
+
+Writes are atomic: everything goes to a hidden temp folder next to OUT, renamed to OUT at the end;
+a failure (or an interrupt) removes the temp folder, so nothing half-written ever loads.
+Loading is zero-copy: arrays are read-only views of an mmap of the safetensors files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import uuid
+
+import numpy as np
+
+from lowbit.formats import PackedWeight, from_state
+from lowbit.io.checkpoint import Checkpoint, check_shape, expected_shape, normalize_config
+from lowbit.io.safetensors_file import SafetensorsFile
+
+VERSION = 1
+SHARD_BYTES = 1 << 30
+INDEX = "model.safetensors.index.json"
+
+
+class OutputExistsError(FileExistsError, ValueError):
+    """OUT exists and overwrite was not asked for."""
+
+
+def is_lowbit_dir(path) -> bool:
+    cfg = pathlib.Path(path) / "config.json"
+    try:
+        return cfg.is_file() and "lowbit" in json.loads(cfg.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+
+
+class ModelDirWriter:
+    """Streams tensors into a lowbit model directory.
+
+        with ModelDirWriter(out, overwrite=False) as w:
+            w.add(name, packed_or_float32)       # in model order
+            w.finish(config, tokenizer, lowbit_meta)
+    Leaving the block by an exception removes everything written.
+    """
+
+    def __init__(self, out, overwrite: bool = False, shard_bytes: int = SHARD_BYTES):
+        self.out = pathlib.Path(out).expanduser().absolute()
+        if self.out.exists() and not (self.out.is_dir() and not any(self.out.iterdir())):  # an empty dir is fine
+            if not overwrite:
+                raise OutputExistsError(f"{self.out} already exists; pass overwrite=True (lowbit convert --force) to replace it")
+            if not is_lowbit_dir(self.out):
+                raise OutputExistsError(f"{self.out} exists and is not a lowbit model directory; refusing to replace it")
+        self.shard_bytes = int(shard_bytes)
+        self.tmp = self.out.parent / f".{self.out.name}.tmp-{uuid.uuid4().hex[:8]}"
+        self.tensors: dict[str, dict] = {}
+        self._pending: dict[str, np.ndarray] = {}
+        self._pending_bytes = 0
+        self._shards: list[tuple[str, list[str]]] = []  # (file name, array names)
+        self._done = False
+
+    def __enter__(self) -> "ModelDirWriter":
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None or not self._done:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def add(self, name: str, value: PackedWeight | np.ndarray) -> None:
+        """Queues one tensor: a PackedWeight (its state arrays) or a dense array (stored float32)."""
+        if name in self.tensors:
+            raise ValueError(f"tensor {name!r} added twice")
+        if isinstance(value, PackedWeight):
+            meta, arrays = value.state()
+            arrays = {f"{name}.{k}": a for k, a in arrays.items()}
+        else:
+            value = np.asarray(value, dtype=np.float32)
+            meta = {"dtype": "float32", "shape": list(value.shape)}
+            arrays = {name: value}
+        self.tensors[name] = meta
+        for key, a in arrays.items():
+            self._pending[key] = np.ascontiguousarray(a)
+            self._pending_bytes += a.nbytes
+        if self._pending_bytes >= self.shard_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        from safetensors.numpy import save_file
+        fname = f"part-{len(self._shards):05d}.safetensors"
+        save_file(self._pending, str(self.tmp / fname), metadata={"format": "lowbit"})
+        os.chmod(self.tmp / fname, 0o644)  # safetensors creates it 0600
+        self._shards.append((fname, list(self._pending)))
+        self._pending, self._pending_bytes = {}, 0
+
+    def finish(self, config: dict, tokenizer=None, lowbit: dict | None = None) -> pathlib.Path:
+        """Writes the last shard, config.json and the tokenizer, then renames the temp folder to OUT."""
+        self._flush()
+        if not self._shards:
+            raise ValueError("no tensors were written")
+        if len(self._shards) == 1:
+            os.rename(self.tmp / self._shards[0][0], self.tmp / "model.safetensors")
+        else:
+            n, weight_map, total = len(self._shards), {}, 0
+            for i, (fname, keys) in enumerate(self._shards):
+                final = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+                os.rename(self.tmp / fname, self.tmp / final)
+                weight_map.update({k: final for k in keys})
+                total += (self.tmp / final).stat().st_size
+            (self.tmp / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+        cfg = {k: v for k, v in config.items() if k != "quantization_config"}
+        cfg["lowbit"] = {"version": VERSION, **(lowbit or {}), "tensors": self.tensors}
+        (self.tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+        if tokenizer is not None:
+            tokenizer.save(self.tmp)
+        self._commit()
+        self._done = True
+        return self.out
+
+    def _commit(self) -> None:
+        old = None
+        if self.out.exists():
+            old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(self.out, old)
+        try:
+            os.rename(self.tmp, self.out)
+        except OSError:
+            if old is not None:
+                os.rename(old, self.out)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+class LowbitCheckpoint(Checkpoint):
+    """A lowbit model directory. load() returns PackedWeight over mmapped arrays, or read-only float32 views."""
+
+    kind = "lowbit"
+
+    def __init__(self, path):
+        super().__init__(path)
+        try:
+            raw = json.loads((self.path / "config.json").read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{self.path / 'config.json'}: malformed JSON ({e})") from None
+        self.lowbit: dict = raw.get("lowbit") or {}
+        if self.lowbit.get("version") != VERSION:
+            raise ValueError(f"{self.path}: lowbit directory version {self.lowbit.get('version')!r} is not {VERSION}; "
+                             "re-run lowbit convert")
+        self.config = normalize_config({k: v for k, v in raw.items() if k != "lowbit"}, self.path / "config.json")
+        self.metas: dict[str, dict] = self.lowbit.get("tensors") or {}
+        self.files = self._open_files()
+        self.arrays: dict[str, dict[str, tuple[SafetensorsFile, str]]] = {n: {} for n in self.metas}
+        for f in self.files:
+            for key in f.keys():
+                if key in self.metas and "format" not in self.metas[key]:
+                    self.arrays[key][""] = (f, key)
+                else:
+                    base, _, part = key.rpartition(".")
+                    if base in self.metas:
+                        self.arrays[base][part] = (f, key)
+        for name, meta in self.metas.items():
+            if not self.arrays[name]:
+                raise ValueError(f"{self.path}: tensor {name!r} is listed in config.json but has no arrays in the weights")
+            try:
+                want = expected_shape(self.config, name)
+            except KeyError:
+                continue
+            got = (meta["M"], meta["K"]) if "format" in meta else tuple(meta["shape"])
+            check_shape(self.path, name, got, want)
+
+    def _open_files(self) -> list[SafetensorsFile]:
+        index = self.path / INDEX
+        if index.is_file():
+            try:
+                names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ValueError(f"{index}: malformed index ({e!r})") from None
+        else:
+            names = ["model.safetensors"]
+        for n in names:
+            if not (self.path / n).is_file():
+                raise FileNotFoundError(f"{self.path / n}: weights file missing from the lowbit directory")
+        return [SafetensorsFile(self.path / n) for n in names]
+
+    def tensor_names(self) -> list[str]:
+        return list(self.metas)
+
+    def load(self, name: str):
+        meta = self.metas.get(name)
+        if meta is None:
+            raise self._unknown(name)
+        arrays = {part: f.raw(key) for part, (f, key) in self.arrays[name].items()}
+        if "format" not in meta:
+            return arrays[""]
+        try:
+            return from_state(meta, arrays)
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"{self.path}: cannot rebuild {name!r} as {meta.get('format')!r} ({e})") from None
+
+    def tokenizer(self):
+        from lowbit.io.tokenizer import Tokenizer
+        return Tokenizer.from_hf_dir(self.path, self.config)

@@ -1,0 +1,109 @@
+"""A zero-copy safetensors reader: parse the header ourselves, mmap the file, slice arrays at offsets.
+
+File layout (https://github.com/huggingface/safetensors):
+    [8 bytes: little-endian u64 N] [N bytes: JSON header] [data]
+    header = {name: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {str: str}}
+    offsets are relative to the start of the data section.
+
+bf16 has no numpy dtype: ``raw`` returns its bits as uint16 and ``float32`` widens them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import numpy as np
+
+DTYPES: dict[str, np.dtype] = {
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
+    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
+    "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+MAX_HEADER = 100 * 1024 * 1024
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """uint16 bf16 bits [...] -> float32 [...] (exact)."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+class SafetensorsFile:
+    """One .safetensors file, read lazily through a read-only mmap.
+
+    Attributes: path, header (name -> {dtype, shape, data_offsets}), metadata (the __metadata__ dict).
+    """
+
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: no such safetensors file")
+        size = self.path.stat().st_size
+        with open(self.path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise ValueError(f"{self.path}: not a safetensors file (only {size} bytes; truncated?)")
+            n = int.from_bytes(head, "little")
+            if n > MAX_HEADER or 8 + n > size:
+                raise ValueError(f"{self.path}: safetensors header claims {n} bytes but the file has {size} (truncated or not safetensors)")
+            try:
+                header = json.loads(f.read(n))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ValueError(f"{self.path}: malformed safetensors header ({e})") from None
+        if not isinstance(header, dict):
+            raise ValueError(f"{self.path}: malformed safetensors header (not a JSON object)")
+        self.metadata: dict = header.pop("__metadata__", None) or {}
+        self._data_start = 8 + n
+        data_size = size - self._data_start
+        for name, info in header.items():
+            self._check_entry(name, info, data_size)
+        self.header: dict[str, dict] = header
+        self._mm: np.memmap | None = None
+
+    def _check_entry(self, name: str, info, data_size: int) -> None:
+        try:
+            dtype = DTYPES[info["dtype"]]
+            begin, end = (int(v) for v in info["data_offsets"])
+            count = int(np.prod(info["shape"], dtype=np.int64))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{self.path}: malformed header entry for tensor {name!r}: {info!r}") from None
+        if end > data_size:
+            raise ValueError(f"{self.path}: tensor {name!r} ends at byte {end} of a {data_size}-byte data section (file truncated)")
+        if not 0 <= begin <= end or (end - begin) != count * dtype.itemsize:
+            raise ValueError(f"{self.path}: tensor {name!r} has offsets {begin}..{end} that do not fit "
+                             f"shape {info['shape']} of {info['dtype']}")
+
+    def keys(self) -> list[str]:
+        return list(self.header)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.header
+
+    def dtype(self, name: str) -> str:
+        return self.header[name]["dtype"]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(int(s) for s in self.header[name]["shape"])
+
+    def raw(self, name: str) -> np.ndarray:
+        """The stored array as a read-only view of the mmap (no copy); bf16 comes back as uint16 bits."""
+        try:
+            info = self.header[name]
+        except KeyError:
+            raise KeyError(f"{self.path}: no tensor {name!r}") from None
+        dtype = DTYPES[info["dtype"]]
+        shape = tuple(int(s) for s in info["shape"])
+        begin = info["data_offsets"][0]
+        if self._mm is None:
+            if os.path.getsize(self.path) == self._data_start:  # no data at all: every tensor is empty
+                return np.zeros(shape, dtype)
+            self._mm = np.memmap(self.path, dtype=np.uint8, mode="r")
+        return np.ndarray(shape, dtype, buffer=self._mm, offset=self._data_start + begin)
+
+    def float32(self, name: str) -> np.ndarray:
+        """The tensor as float32 (bf16/f16/f64/ints are converted; f32 is returned as a view)."""
+        a = self.raw(name)
+        if self.dtype(name) == "BF16":
+            return bf16_to_f32(a)
+        return a if a.dtype == np.float32 else a.astype(np.float32)

@@ -1,0 +1,187 @@
+"""Tokenizer: a `tokenizers.Tokenizer` plus what a chat model needs around it (BOS, end-of-turn ids, chat template).
+
+    tok = ckpt.tokenizer()
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "hi"}]))  # BOS as the model says
+    text = tok.decode(ids)
+    tok.eos_ids   # {2} for SmolLM2 (<|im_end|>); Llama 3: {<|end_of_text|>, <|eot_id|>}
+
+Built from tokenizer.json + tokenizer_config.json (HF folders, lowbit dirs) or from GGUF metadata
+(tokenizer_gguf.py). Special tokens written in the text (e.g. <|im_start|>) are matched whole.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+from datetime import datetime
+from typing import Iterable
+
+import tokenizers
+
+# tokens that end a turn when the chat template writes them
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|end_of_turn|>", "<|endofturn|>")
+
+
+def _token_str(v) -> str | None:
+    """A special token as tokenizer_config.json spells it: "<s>" or {"content": "<s>", ...}."""
+    if isinstance(v, dict):
+        return v.get("content")
+    return v if isinstance(v, str) else None
+
+
+def _ids(v) -> list[int]:
+    if v is None:
+        return []
+    return [int(x) for x in v] if isinstance(v, (list, tuple)) else [int(v)]
+
+
+class Tokenizer:
+    """Text <-> token ids for one model.
+
+    Attributes: backend (tokenizers.Tokenizer), bos_id (int | None), eos_ids (set[int]), add_bos (bool),
+    chat_template (str | None), vocab_size (int, added tokens included).
+    """
+
+    def __init__(self, backend: tokenizers.Tokenizer, bos_id: int | None = None, eos_ids: Iterable[int] = (),
+                 add_bos: bool = False, chat_template: str | None = None, unk_id: int | None = None,
+                 pad_id: int | None = None):
+        self.backend = backend
+        self.bos_id = bos_id
+        self.add_bos = bool(add_bos) and bos_id is not None
+        self.chat_template = chat_template
+        self.unk_id, self.pad_id = unk_id, pad_id
+        self.eos_ids: set[int] = {int(i) for i in eos_ids}
+        for tok in END_OF_TURN:
+            tid = backend.token_to_id(tok)
+            if tid is not None and chat_template and tok in chat_template:
+                self.eos_ids.add(tid)
+        self._template = None
+
+    # --- ids ---
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def eos_id(self) -> int | None:
+        """The primary EOS (smallest of eos_ids), for places that need one."""
+        return min(self.eos_ids) if self.eos_ids else None
+
+    def id_to_token(self, i: int | None) -> str | None:
+        return None if i is None else self.backend.id_to_token(int(i))
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
+        """Token ids of text; BOS first when add_bos (default: the model's own setting)."""
+        ids = self.backend.encode(text, add_special_tokens=False).ids
+        if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
+            ids = [self.bos_id] + ids
+        return ids
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
+    # --- chat ---
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kwargs) -> str:
+        """Renders messages ([{"role": ..., "content": ...}]) with the model's jinja2 template, as transformers does."""
+        if not self.chat_template:
+            raise ValueError("this tokenizer has no chat template; format the prompt yourself (lowbit run)")
+        if self._template is None:
+            self._template = compile_template(self.chat_template)
+        ctx = {"bos_token": self.id_to_token(self.bos_id) or "", "eos_token": self.id_to_token(self.eos_id) or "",
+               "unk_token": self.id_to_token(self.unk_id), "pad_token": self.id_to_token(self.pad_id),
+               "tools": None, "documents": None, **kwargs}
+        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **ctx)
+
+    # --- files ---
+    def save(self, directory) -> None:
+        """Writes tokenizer.json and tokenizer_config.json (chat_template, bos/eos, add_bos, eos ids)."""
+        d = pathlib.Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(d / "tokenizer.json"))
+        cfg = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": self.id_to_token(self.bos_id), "eos_token": self.id_to_token(self.eos_id),
+            "unk_token": self.id_to_token(self.unk_id), "pad_token": self.id_to_token(self.pad_id),
+            "add_bos_token": self.add_bos, "add_eos_token": False, "clean_up_tokenization_spaces": False,
+            "chat_template": self.chat_template, "lowbit_eos_token_ids": sorted(self.eos_ids),
+        }
+        (d / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v is not None},
+                                                            indent=2, ensure_ascii=False))
+
+    @classmethod
+    def from_hf_dir(cls, path, config: dict | None = None) -> "Tokenizer":
+        """From tokenizer.json (+ tokenizer_config.json, chat_template.jinja, generation_config.json)."""
+        d = pathlib.Path(path)
+        tj = d / "tokenizer.json"
+        if not tj.is_file():
+            raise FileNotFoundError(f"{tj}: no tokenizer.json (lowbit needs the fast-tokenizer file)")
+        try:
+            backend = tokenizers.Tokenizer.from_file(str(tj))
+        except Exception as e:
+            raise ValueError(f"{tj}: cannot read tokenizer ({e})") from None
+        tc = _read_json(d / "tokenizer_config.json")
+        config = config if config is not None else _read_json(d / "config.json")
+        gen = _read_json(d / "generation_config.json")
+
+        def tid(key):
+            s = _token_str(tc.get(key))
+            return backend.token_to_id(s) if s is not None else None
+
+        bos = tid("bos_token")
+        if bos is None and config.get("bos_token_id") is not None:
+            bos = _ids(config["bos_token_id"])[0]
+        eos = set(_ids(config.get("eos_token_id"))) | set(_ids(gen.get("eos_token_id")))
+        eos |= set(_ids(tc.get("lowbit_eos_token_ids")))
+        if tid("eos_token") is not None:
+            eos.add(tid("eos_token"))
+        add_bos = tc.get("add_bos_token")
+        if add_bos is None and bos is not None:  # ask the post-processor whether it prepends BOS
+            with_special = backend.encode("a", add_special_tokens=True).ids
+            add_bos = bool(with_special) and with_special[0] == bos and backend.encode("a", add_special_tokens=False).ids[:1] != [bos]
+        template = tc.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template}
+            template = named.get("default") or next(iter(named.values()), None)
+        if (d / "chat_template.jinja").is_file():
+            template = (d / "chat_template.jinja").read_text()
+        return cls(backend, bos_id=bos, eos_ids=eos, add_bos=bool(add_bos), chat_template=template,
+                   unk_id=tid("unk_token"), pad_id=tid("pad_token"))
+
+
+def _read_json(p: pathlib.Path) -> dict:
+    if not p.is_file():
+        return {}
+    try:
+        v = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: malformed JSON ({e})") from None
+    return v if isinstance(v, dict) else {}
+
+
+def compile_template(source: str):
+    """A jinja2 template with the globals Hugging Face chat templates expect (transformers' environment)."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    class Generation(jinja2.ext.Extension):  # {% generation %}...{% endgeneration %} marks assistant text
+        tags = {"generation"}
+
+        def parse(self, parser):
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, Generation])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(source)
