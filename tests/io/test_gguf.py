@@ -93,6 +93,27 @@ def test_ternary_is_lossless(tmp_path, qtype, arch):
         assert ck.load("model.layers.0.mlp.ffn_sub_norm.weight").shape == (512,)
 
 
+def test_k_quants(tmp_path):
+    """Q4_K / Q6_K (gguf-py cannot write them): random blocks with sane fp16 scales, read like the reference."""
+    import gguf
+    cfg = tiny_config(hidden_size=256, intermediate_size=256, num_hidden_layers=1)
+    weights = random_weights(cfg)
+    rng = np.random.default_rng(0)
+    path = tmp_path / "k.gguf"
+    raw = {}
+    for name, qtype, d_at in (("model.layers.0.mlp.gate_proj.weight", T.Q4_K, (0, 2)),
+                              ("model.layers.0.mlp.up_proj.weight", T.Q6_K, (208,))):
+        block = gguf.GGML_QUANT_SIZES[qtype][1]
+        data = rng.integers(0, 256, size=(256, block), dtype=np.uint8)
+        for off in d_at:  # fp16 super-block scales: keep them small and finite
+            data[:, off:off + 2] = np.full((256, 1), 0.01, np.float16).view(np.uint8)
+        raw[name] = (data, qtype)
+    write_gguf(path, cfg, {n: w for n, w in weights.items() if n not in raw}, raw=raw)
+    ck = open_checkpoint(path)
+    for name, (data, qtype) in raw.items():
+        np.testing.assert_array_equal(ck.load(name), quants.dequantize(data, qtype))
+
+
 def test_truncated_gguf(tmp_path):
     cfg = tiny_config()
     path = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg))

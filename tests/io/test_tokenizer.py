@@ -7,7 +7,7 @@ from lowbit.io.checkpoint import open_checkpoint
 from lowbit.io.tokenizer import Tokenizer
 
 from .test_gguf import smollm2_gguf
-from .tiny import CHATML, random_weights, tiny_config, write_gguf, write_tokenizer
+from .tiny import CHATML, random_weights, tiny_config, write_gguf, write_spm_gguf, write_tokenizer
 
 TEXTS = ["Hello world", " leading space", "hello  world\n\nthe end", "12345 and 2024, 3.14", "café naïve 日本語 🤖",
          "line1\nline2\r\n\ttab  double  space   ", "I'm don't they'll", "<|im_start|>user\nhi<|im_end|>\n", "", "   "]
@@ -37,6 +37,18 @@ def test_hf_dir_add_bos_and_eos_sources(tmp_path):
     tok = Tokenizer.from_hf_dir(tmp_path, {})
     assert tok.add_bos and tok.encode("x")[0] == tok.bos_id and tok.encode("x", add_bos=False)[0] != tok.bos_id
     assert {0, 5} <= tok.eos_ids
+
+
+def test_bos_from_post_processor(tmp_path):
+    """Llama 3 style: no add_bos_token in the config, the post-processor prepends BOS."""
+    from tokenizers import Tokenizer as Backend, processors
+    write_tokenizer(tmp_path)
+    backend = Backend.from_file(str(tmp_path / "tokenizer.json"))
+    bos = backend.token_to_id("<|im_start|>")
+    backend.post_processor = processors.TemplateProcessing(single="<|im_start|> $A", special_tokens=[("<|im_start|>", bos)])
+    backend.save(str(tmp_path / "tokenizer.json"))
+    tok = Tokenizer.from_hf_dir(tmp_path, {})
+    assert tok.add_bos and tok.encode("hello") == [bos] + Tokenizer(backend).encode("hello")
 
 
 def test_chat_template_matches_transformers(tmp_path):
@@ -84,6 +96,18 @@ def test_tiny_gguf_tokenizer(tmp_path):
     for text in TEXTS:
         assert tok.encode(text) == ref.encode(text), text
         assert tok.decode(tok.encode(text)) == text.replace("<|im_start|>", "").replace("<|im_end|>", "")
+
+
+def test_sentencepiece_gguf_matches_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    path = write_spm_gguf(tmp_path / "spm.gguf")
+    tok = open_checkpoint(path).tokenizer()
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    assert tok.add_bos and tok.bos_id == 1 and tok.eos_ids == {2}
+    for text in ["hello world", " hello  world", "the caf\u00e9 12 \u00fcn\u00ef\nx", "hello</s>", "", "a"]:
+        ids = tok.encode(text)
+        assert ids == theirs.encode(text) and ids[0] == 1, text
+        assert tok.decode(ids) == theirs.decode(ids, skip_special_tokens=True), text
 
 
 @pytest.fixture(scope="module")

@@ -183,10 +183,12 @@ def gguf_name(name: str) -> str:
 
 
 def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str, str] | None = None,
-               arch: str = "llama", pre: str = "smollm", default_type: str = "F32") -> pathlib.Path:
+               arch: str = "llama", pre: str = "smollm", default_type: str = "F32",
+               raw: dict | None = None) -> pathlib.Path:
     """A GGUF as llama.cpp writes it: Q/K rows permuted (arch llama), tokenizer metadata, quantized tensors.
 
     types: HF name -> GGML type name (F32, F16, Q8_0, Q4_0, TQ1_0, TQ2_0) for 2-D tensors (default default_type).
+    raw: HF name -> (uint8 blocks [rows, bytes], GGMLQuantizationType) written as is (not permuted).
     """
     import gguf
     from gguf import GGMLQuantizationType as T
@@ -225,8 +227,45 @@ def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str,
             w.add_tensor(gguf_name(name), a.astype(np.float16))
         else:
             w.add_tensor(gguf_name(name), quants.quantize(np.ascontiguousarray(a, np.float32), qtype), raw_dtype=qtype)
+    for name, (data, qtype) in (raw or {}).items():
+        w.add_tensor(gguf_name(name), data, raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_spm_gguf(path, cfg: dict | None = None) -> pathlib.Path:
+    """A GGUF with a tiny SentencePiece-BPE vocabulary (tokenizer.ggml.model = "llama", byte fallback)."""
+    import gguf
+    pieces = ["\u2581", "h", "e", "l", "o", "w", "r", "d", "t", "\u2581h", "he", "ll", "llo", "hello", "\u2581hello",
+              "\u2581w", "or", "\u2581wor", "ld", "\u2581world", "\u2581t", "th", "\u2581the", "a", "n", "\u2581a", "an",
+              "\u2581an", "1", "2", "c", "f", "\u00e9", "caf\u00e9"]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    scores = [0.0] * 259 + [-float(i) for i in range(len(pieces))]
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
+    cfg = cfg or tiny_config(vocab_size=len(tokens))
+    full = normalize_config(cfg, "tiny")
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(full["num_hidden_layers"])
+    w.add_context_length(full["max_position_embeddings"])
+    w.add_embedding_length(full["hidden_size"])
+    w.add_feed_forward_length(full["intermediate_size"])
+    w.add_head_count(full["num_attention_heads"])
+    w.add_head_count_kv(full["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(full["rms_norm_eps"])
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    for name, a in random_weights(cfg).items():
+        w.add_tensor(gguf_name(name), a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return pathlib.Path(path)
