@@ -8,6 +8,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import quants
 
+from lowbit.formats.floats import bf16_bits_to_f32, f32_to_bf16_bits
 from lowbit.formats.ternary import TernaryWeight
 from lowbit.io.checkpoint import open_checkpoint
 from lowbit.io.gguf_checkpoint import unpermute_rows
@@ -37,6 +38,7 @@ def test_float_and_q8_q4(tmp_path):
     types = {n: ("Q8_0" if "self_attn" in n else "Q4_0") for n in weights if weights[n].ndim == 2}
     types["model.embed_tokens.weight"] = "F16"
     types["model.layers.0.mlp.down_proj.weight"] = "F32"
+    types["model.layers.1.mlp.down_proj.weight"] = "BF16"
     path = write_gguf(tmp_path / "m.gguf", cfg, weights, types)
     ck = open_checkpoint(path)
     assert ck.kind == "gguf" and ck.tensor_names() == list(weights)
@@ -52,6 +54,8 @@ def test_float_and_q8_q4(tmp_path):
             np.testing.assert_array_equal(got, w)
         elif kind == "F16":
             np.testing.assert_array_equal(got, w.astype(np.float16).astype(np.float32))
+        elif kind == "BF16":
+            np.testing.assert_array_equal(got, bf16_bits_to_f32(f32_to_bf16_bits(w)))
         else:  # exactly the reference dequantization of the quantized (permuted) bytes, un-permuted
             stored = w
             if name.endswith("q_proj.weight"):
@@ -81,7 +85,11 @@ def test_ternary_is_lossless(tmp_path, qtype, arch):
             weights[name] = t * np.repeat(d, 256, axis=1)
             truth[name] = (t, d)
     types = {n: qtype for n in truth}
-    path = write_gguf(tmp_path / "t.gguf", cfg, weights, types, arch=arch)
+    scaled = "model.layers.0.mlp.up_proj.weight"  # some BitNet GGUFs carry blk.N.ffn_up.scale
+    raw = {scaled[: -len("weight")] + "scale": (np.array([2.0], np.float32), T.F32)} if arch == "bitnet" else {}
+    path = write_gguf(tmp_path / "t.gguf", cfg, weights, types, arch=arch, raw=raw)
+    if raw:
+        weights[scaled] = weights[scaled] * 2
     ck = open_checkpoint(path)
     assert ck.is_ternary and ck.config["model_type"] == arch
     for name, (t, d) in truth.items():

@@ -179,7 +179,8 @@ def gguf_name(name: str) -> str:
     if name in GGUF_NAMES:
         return GGUF_NAMES[name]
     _, _, i, rest = name.split(".", 3)
-    return f"blk.{i}.{BLOCK[rest[: -len('.weight')]]}.weight"
+    base, _, kind = rest.rpartition(".")
+    return f"blk.{i}.{BLOCK[base]}.{kind}"
 
 
 def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str, str] | None = None,

@@ -27,7 +27,7 @@ BLOCK_NAMES = {
     "ffn_down": "mlp.down_proj", "ffn_sub_norm": "mlp.ffn_sub_norm",
 }
 ARCHS = {"llama": "llama", "bitnet": "bitnet"}
-TERNARY_TYPES = ("TQ1_0", "TQ2_0")
+TERNARY_TYPES = ("TQ1_0", "TQ2_0")  # an optional blk.N.<name>.scale (one float) multiplies the weight
 QK_K = 256
 
 
@@ -91,10 +91,14 @@ class GGUFCheckpoint(Checkpoint):
             raise ValueError(f"{self.path}: malformed or truncated GGUF file ({type(e).__name__}: {e})") from None
         self.meta = {k: f for k, f in self.reader.fields.items() if not k.startswith("GGUF.")}
         self.tensors = {}
+        by_name = {t.name: t for t in self.reader.tensors}
         for t in self.reader.tensors:
             name = hf_name(t.name)
             if name is not None:
                 self.tensors[name] = t
+        # optional per-tensor output scales of some BitNet GGUFs: blk.N.attn_q.scale (one float32)
+        self.scales = {n: by_name[t.name[:-len("weight")] + "scale"] for n, t in self.tensors.items()
+                       if t.name.endswith(".weight") and t.name[:-len("weight")] + "scale" in by_name}
         self.arch = self.get("general.architecture")
         if self.arch not in ARCHS:
             raise ValueError(f"{self.path}: unsupported GGUF architecture {self.arch!r}; lowbit supports {', '.join(ARCHS)}")
@@ -168,17 +172,25 @@ class GGUFCheckpoint(Checkpoint):
         t = self.tensors[name]
         shape = expected_shape(self.config, name)
         n_head = self._n_head(name)
+        scale = 1.0
+        if name in self.scales:
+            scale = quants.dequantize(self.scales[name].data, self.scales[name].tensor_type).reshape(-1)
+            if scale.size != 1:
+                raise ValueError(f"{self.path}: {self.scales[name].name} has {scale.size} values; expected 1")
+            scale = float(scale[0])
         if t.tensor_type.name in TERNARY_TYPES:
             tern, d = decode_ternary(t.data, t.tensor_type, *shape)
             if n_head:
                 tern, d = unpermute_rows(tern, n_head), unpermute_rows(d, n_head)
-            return TernaryWeight.from_ternary(tern, d, group=QK_K, source=t.tensor_type.name)
+            return TernaryWeight.from_ternary(tern, d * np.float32(scale), group=QK_K, source=t.tensor_type.name)
         try:
             w = quants.dequantize(t.data, t.tensor_type)
         except NotImplementedError:
             raise ValueError(f"{self.path}: tensor {t.name} has GGUF type {t.tensor_type.name}, "
                              "which the gguf package cannot dequantize") from None
         w = np.ascontiguousarray(w, dtype=np.float32).reshape(shape)
+        if scale != 1.0:
+            w = w * np.float32(scale)
         return unpermute_rows(w, n_head) if n_head else w
 
     def tokenizer(self):
