@@ -19,9 +19,9 @@ formats:
 {formats}
 
 examples:
-  lowbit convert HuggingFaceTB/SmolLM2-135M-Instruct smollm2-int4
+  lowbit convert ./SmolLM2-135M-Instruct smollm2-int4            # an HF folder, downloaded
   lowbit convert SmolLM2-135M-Instruct.Q4_1.gguf smollm2-int2 --format int2 --group-size 64
-  lowbit convert bitnet-b1.58-2B-4T bitnet --format ternary
+  lowbit convert ./bitnet-b1.58-2B-4T bitnet --format ternary    # packed ternary: lossless
 
 SRC is a Hugging Face model folder (config.json + *.safetensors + tokenizer.json), a .gguf file,
 or a lowbit model directory. Ternary and binary make sense only for models trained for them
