@@ -107,7 +107,7 @@ void gemm_int(Arr<const uint8_t, nb::ndim<1>> codes, Arr<const uint16_t, nb::ndi
   pool_run(Mb * j.n_tok_chunks, int_task, &j);
 }
 
-void gemm_float(nb::ndarray<nb::c_contig, nb::device::cpu, nb::ndim<2>> w, Arr<const float, nb::ndim<2>> x,
+void gemm_float(nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>> w, Arr<const float, nb::ndim<2>> x,
                 Arr<float, nb::ndim<2>> y) {
   const bool bf16 = w.dtype() == nb::dtype<uint16_t>();
   require(bf16 || w.dtype() == nb::dtype<float>(), "float weights must be float32 or bf16 stored as uint16");

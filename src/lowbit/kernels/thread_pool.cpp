@@ -39,8 +39,8 @@ struct Pool {
     for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < ntasks;) fn(ctx, t);
   }
 
-  void worker_loop() {
-    uint64_t seen = generation.load(std::memory_order_acquire);
+  // `seen` is the generation at creation: a job (or stop) posted before the thread first runs is not missed.
+  void worker_loop(uint64_t seen) {
     for (;;) {
       uint64_t g;
       int spins = 0;
@@ -61,7 +61,8 @@ struct Pool {
   void start(int n) {
     shutdown();
     stop.store(false);
-    for (int i = 0; i < n - 1; ++i) workers.emplace_back([this] { worker_loop(); });
+    const uint64_t g = generation.load();
+    for (int i = 0; i < n - 1; ++i) workers.emplace_back([this, g] { worker_loop(g); });
   }
 
   void shutdown() {

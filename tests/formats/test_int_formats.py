@@ -1,0 +1,148 @@
+"""Every integer-code format x every ISA path x shapes real models have, against numpy references.
+
+Tolerances: the kernel's integer dot products are exact (checked bit-exactly with unit scales below);
+with real scales the only difference is float32 rounding in the per-group finalize: rel. 1e-5 of max|y|.
+"""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lowbit.formats import Activations, quantize
+from lowbit.formats.intcodes import IntCodeWeight, pack_codes, unpack_codes
+from tests.formats.reference import int_matmul, quantize_activations
+
+INT_FORMATS = ["int8", "int4", "int2", "ternary", "binary"]
+# (M, K, N): SmolLM2-135M's K=576/M=192, MobileLLM's M=1600, M not a multiple of 32, odd K, GEMM N>4
+SHAPES = [(192, 576, 1), (1600, 576, 1), (100, 200, 3), (77, 130, 5), (64, 64, 1), (250, 1024, 9), (33, 960, 2)]
+OPTIONS = {
+    "int8": [{}, {"group_size": 128}],
+    "int4": [{}, {"group_size": 128, "symmetric": True}],
+    "int2": [{}, {"symmetric": True}],
+    "ternary": [{"scale": "tensor"}, {"scale": "row"}, {"group_size": 64}],
+    "binary": [{}, {"group_size": 64}],
+}
+
+
+def reference(pw: IntCodeWeight, x: np.ndarray) -> np.ndarray:
+    q, sx, sq = quantize_activations(x, pw.kp, pw.group)
+    a, b = pw.affine()
+    return int_matmul(pw.unpacked_codes(), a, b, pw.group, q, sx, sq)
+
+
+@pytest.mark.parametrize("fmt", INT_FORMATS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matmul_matches_reference(isa, fmt, shape, rng):
+    m, k, n = shape
+    w = rng.standard_normal((m, k)).astype(np.float32)
+    x = rng.standard_normal((n, k)).astype(np.float32) * 3
+    for opts in OPTIONS[fmt]:
+        pw = quantize(w, fmt, **opts)
+        y = pw.matmul(x)
+        assert y.shape == (n, m) and y.dtype == np.float32
+        ref = reference(pw, x)
+        np.testing.assert_allclose(y, ref, rtol=0, atol=1e-5 * np.abs(ref).max(), err_msg=f"{fmt} {opts} {isa}")
+
+
+@pytest.mark.parametrize("fmt", INT_FORMATS)
+def test_integer_part_is_exact(isa, fmt, rng):
+    """Unit scales and integer activations with absmax 127: every float op is exact, so y must be too."""
+    m, k, n = 150, 448, 6
+    cls = quantize(np.ones((2, 64), np.float32), fmt).__class__
+    codes = rng.integers(0, 1 << cls.bits, size=(m, k)).astype(np.uint8)
+    if fmt == "ternary":
+        codes = np.minimum(codes, 2)
+    g = 1
+    a = np.ones((m, g), np.float32)
+    pw = cls.from_codes(codes, a) if cls.zc is not None and fmt not in ("int4", "int2") else cls.from_codes(codes, a, -a * 3)
+    x = rng.integers(-127, 128, size=(n, k)).astype(np.float32)
+    x[:, 0] = 127
+    y = pw.matmul(x)
+    a_, b_ = pw.affine()
+    exact = (x.astype(np.int64) @ codes.astype(np.int64).T) * a_[0, 0] + b_[:, 0] * x.sum(axis=1, keepdims=True)
+    np.testing.assert_array_equal(y, exact.astype(np.float32))
+
+
+def test_activation_quantizer_matches_numpy(rng):
+    x = (rng.standard_normal((7, 333)) * rng.uniform(0.01, 50, size=(7, 1))).astype(np.float32)
+    x[3] = 0.0
+    for kp, group in [(384, 384), (384, 64), (384, 128)]:
+        got = Activations(x).int8(kp, group)
+        want = quantize_activations(x, kp, group)
+        for g_, w_ in zip(got, want):
+            np.testing.assert_array_equal(g_, w_)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_pack_unpack_roundtrip(bits, rng):
+    codes = rng.integers(0, 1 << bits, size=(70, 200)).astype(np.uint8)
+    packed = pack_codes(codes, bits)
+    assert packed.size == 128 * 256 * bits // 8  # Mb=2 blocks of 64 rows, Kp=256
+    np.testing.assert_array_equal(unpack_codes(packed, bits, 70, 200), codes)
+
+
+@pytest.mark.parametrize("fmt", INT_FORMATS)
+def test_dequantize_is_close_to_weights(fmt, rng):
+    w = rng.standard_normal((128, 320)).astype(np.float32)  # whole row blocks: no padding in bpw
+    pw = quantize(w, fmt)
+    err = np.sqrt(((pw.dequantize() - w) ** 2).mean())
+    # relative RMS error bounds per format (Gaussian weights)
+    bound = {"int8": 0.02, "int4": 0.12, "int2": 0.5, "ternary": 0.65, "binary": 0.65}[fmt]
+    assert err < bound, (fmt, err)
+    assert abs(pw.bits_per_weight - {"int8": 8, "int4": 4.5, "int2": 2.5, "ternary": 2, "binary": 1}[fmt]) < 0.6
+
+
+def test_ternary_quantization_is_bitnet_absmean(rng):
+    w = rng.standard_normal((64, 128)).astype(np.float32)
+    pw = quantize(w, "ternary")
+    s = np.abs(w).mean()
+    t = np.clip(np.rint(w / np.float32(np.float16(s))), -1, 1)
+    np.testing.assert_allclose(pw.dequantize(), t * np.float16(s), rtol=1e-6)
+
+
+def test_binary_is_exact_plus_minus_scale(rng):
+    w = rng.standard_normal((80, 192)).astype(np.float32)
+    d = quantize(w, "binary").dequantize()
+    s = np.abs(d).max(axis=1, keepdims=True)
+    np.testing.assert_allclose(np.abs(d), np.broadcast_to(s, d.shape), rtol=1e-6)
+    assert np.all(np.sign(d) == np.where(w >= 0, 1, -1))
+
+
+def test_state_roundtrip_is_zero_copy(rng):
+    from lowbit.formats import from_state
+
+    w = rng.standard_normal((70, 130)).astype(np.float32)
+    for fmt in INT_FORMATS + ["f32", "bf16"]:
+        pw = quantize(w, fmt)
+        meta, tensors = pw.state()
+        pw2 = from_state(meta, tensors)
+        for name, arr in pw2.state()[1].items():
+            assert np.shares_memory(arr, tensors[name])
+        x = rng.standard_normal((2, 130)).astype(np.float32)
+        np.testing.assert_array_equal(pw.matmul(x), pw2.matmul(x))
+
+
+def test_bad_inputs_raise_clear_errors(rng):
+    pw = quantize(rng.standard_normal((64, 128)).astype(np.float32), "ternary")
+    with pytest.raises(ValueError, match="K=100"):
+        pw.matmul(np.zeros((1, 100), np.float32))
+    with pytest.raises(ValueError, match="2-D"):
+        quantize(np.zeros(10, np.float32), "int4")
+    with pytest.raises(ValueError, match="NaN"):
+        quantize(np.full((4, 64), np.nan, np.float32), "int8")
+    with pytest.raises(ValueError, match="multiple of 64"):
+        quantize(np.ones((4, 256), np.float32), "int4", group_size=100)
+    with pytest.raises(ValueError, match="unknown weight format"):
+        quantize(np.ones((4, 64), np.float32), "int3")
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 300), k=st.integers(1, 700), n=st.integers(1, 7),
+       fmt=st.sampled_from(INT_FORMATS), seed=st.integers(0, 2**31))
+def test_property_any_shape(m, k, n, fmt, seed):
+    r = np.random.default_rng(seed)
+    w = r.standard_normal((m, k)).astype(np.float32)
+    x = r.standard_normal((n, k)).astype(np.float32)
+    pw = quantize(w, fmt)
+    ref = reference(pw, x)
+    np.testing.assert_allclose(pw.matmul(x), ref, rtol=0, atol=1e-5 * max(np.abs(ref).max(), 1e-6))

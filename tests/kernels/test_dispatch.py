@@ -1,0 +1,69 @@
+"""CPU dispatch: LOWBIT_ISA forces a level, unsupported or unknown levels fail clearly; threads."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lowbit
+from lowbit.formats import quantize
+from tests.conftest import ISAS
+
+
+def run_py(code: str, **env) -> subprocess.CompletedProcess:
+    e = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_env_forces_level(isa):
+    r = run_py("import lowbit; i = lowbit.cpu_info(); print(i['isa'], i['source'])", LOWBIT_ISA=isa)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [isa, "LOWBIT_ISA"]
+
+
+def test_unknown_level_is_a_clear_error():
+    r = run_py("import lowbit", LOWBIT_ISA="sse9")
+    assert r.returncode != 0
+    assert "unknown ISA 'sse9'" in r.stderr
+
+
+def test_unsupported_level_is_a_clear_error():
+    missing = [i for i in ("avx512", "avxvnni", "avx2") if i not in ISAS]
+    if not missing:
+        # this CPU runs every level: check set_isa's error path with a level name that cannot exist
+        with pytest.raises(ValueError, match="unknown ISA"):
+            lowbit.set_isa("avx1024")
+        return
+    with pytest.raises(ValueError, match="this CPU lacks"):
+        lowbit.set_isa(missing[0])
+
+
+def test_cpu_info_explains_choice():
+    info = lowbit.cpu_info()
+    assert info["isa"] in info["available"]
+    assert info["reason"]
+    assert info["threads"] >= 1 and info["physical_cores"] >= 1
+
+
+def test_threads_env_and_results_independent_of_thread_count(rng):
+    r = run_py("import lowbit; print(lowbit.get_threads())", LOWBIT_THREADS="3")
+    assert r.stdout.strip() == "3"
+    r = run_py("import lowbit", LOWBIT_THREADS="zero")
+    assert r.returncode != 0 and "LOWBIT_THREADS" in r.stderr
+    w = rng.standard_normal((1000, 576)).astype(np.float32)
+    x = rng.standard_normal((3, 576)).astype(np.float32)
+    before = lowbit.get_threads()
+    try:
+        outs = []
+        for n in (1, 2, 3):
+            lowbit.set_threads(n)
+            outs.append([quantize(w, f).matmul(x) for f in ("ternary", "bf16")])
+        for o in outs[1:]:
+            for a, b in zip(outs[0], o):
+                np.testing.assert_array_equal(a, b)
+    finally:
+        lowbit.set_threads(before)
+    with pytest.raises(ValueError):
+        lowbit.set_threads(0)
