@@ -5,8 +5,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
 
 #include <algorithm>
+#include <chrono>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 
@@ -120,6 +123,55 @@ void gemm_float(nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>> 
   pool_run((nblocks + kFloatBlocksPerTask - 1) / kFloatBlocksPerTask, float_task, &j);
 }
 
+// Benchmark loops: the same pool_run path as gemm_int/gemm_float, called `iters` times over a rotation
+// of weight copies (so the weights come from DRAM, not the cache), without Python between calls.
+double bench_int(std::vector<std::tuple<Arr<const uint8_t, nb::ndim<1>>, Arr<const uint16_t, nb::ndim<1>>,
+                                        std::optional<Arr<const uint16_t, nb::ndim<1>>>>> copies,
+                 float zc, int bits, int64_t M, int64_t Kp, int64_t group, Arr<const int8_t, nb::ndim<2>> q,
+                 Arr<const float, nb::ndim<2>> sx, Arr<const int32_t, nb::ndim<2>> sumx, Arr<float, nb::ndim<2>> y,
+                 int iters) {
+  require(!copies.empty(), "no weights");
+  const int64_t Mb = (M + kRowBlock - 1) / kRowBlock, G = (Kp + group - 1) / group, N = q.shape(0);
+  std::vector<IntJob> jobs(copies.size());
+  for (size_t i = 0; i < copies.size(); ++i) {
+    auto& [codes, scale, offset] = copies[i];
+    require(codes.shape(0) == (size_t)(Mb * Kp * kRowBlock * bits / 8), "packed codes have the wrong size");
+    require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "scales have the wrong size");
+    IntJob& j = jobs[i];
+    j.w = IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G};
+    j.a = ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G};
+    j.y = y.data();
+    j.ldy = M;
+    j.tok_chunk = N > 64 ? 64 : N;
+    j.n_tok_chunks = (N + j.tok_chunk - 1) / j.tok_chunk;
+    j.k = &active_kernels();
+  }
+  nb::gil_scoped_release release;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; it < iters; ++it) {
+    IntJob& j = jobs[it % jobs.size()];
+    pool_run(Mb * j.n_tok_chunks, int_task, &j);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double bench_float(std::vector<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>>> copies,
+                   Arr<const float, nb::ndim<2>> x, Arr<float, nb::ndim<2>> y, int iters) {
+  require(!copies.empty(), "no weights");
+  std::vector<FloatJob> jobs;
+  for (auto& w : copies) {
+    const bool bf16 = w.dtype() == nb::dtype<uint16_t>();
+    jobs.push_back(FloatJob{FloatWeights{w.data(), (int64_t)w.shape(0), (int64_t)w.shape(1)}, x.data(),
+                            (int64_t)x.shape(0), y.data(), bf16, &active_kernels()});
+  }
+  const int64_t M = jobs[0].w.M;
+  const int64_t ntasks = ((M + kFloatRows - 1) / kFloatRows + kFloatBlocksPerTask - 1) / kFloatBlocksPerTask;
+  nb::gil_scoped_release release;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; it < iters; ++it) pool_run(ntasks, float_task, &jobs[it % jobs.size()]);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 nb::dict cpu_info() {
   const CpuFeatures& f = cpu_features();
   nb::dict d, feats;
@@ -161,6 +213,8 @@ NB_MODULE(_native, m) {
         nb::arg("bits"), nb::arg("M"), nb::arg("Kp"), nb::arg("group"), nb::arg("q"), nb::arg("sx"),
         nb::arg("sumx"), nb::arg("y"));
   m.def("gemm_float", &gemm_float, nb::arg("w"), nb::arg("x"), nb::arg("y"));
+  m.def("bench_int", &bench_int);
+  m.def("bench_float", &bench_float);
   m.def("read_bandwidth", &bandwidth, nb::arg("buf"), nb::arg("passes"));
   m.def("pool_overhead", [](int iters) { return pool_overhead(iters); }, nb::arg("iters"));
 }

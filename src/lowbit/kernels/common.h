@@ -58,7 +58,11 @@ struct KernelTable {
   void (*gemm_int)(const IntWeights&, const ActQ&, float* y, int64_t ldy, int64_t b0, int64_t b1);
   void (*gemm_f32)(const FloatWeights&, const float* x, int64_t N, float* y, int64_t ldy, int64_t b0, int64_t b1);
   void (*gemm_bf16)(const FloatWeights&, const float* x, int64_t N, float* y, int64_t ldy, int64_t b0, int64_t b1);
+  // Reads [p, p+n) (n a multiple of 256) with the widest loads and the GEMV's prefetch: the bandwidth roof.
+  uint64_t (*read)(const uint8_t* p, int64_t n);
 };
+
+constexpr int kPrefetchBytes = 4096;  // software prefetch distance of the weight streams
 
 const KernelTable& kernels_scalar();
 const KernelTable& kernels_avx2();

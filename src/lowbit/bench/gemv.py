@@ -1,0 +1,139 @@
+"""GEMV (one token) and GEMM (N tokens) per weight format at real model shapes.
+
+Weights are random codes in each format's packed layout. A call reads one of several copies in turn,
+with enough copies to exceed the L3 `ROTATE_L3_FACTOR` times over, so the bytes come from DRAM, as in
+decoding. Timing runs in C++ (the same thread-pool path as `PackedWeight.matmul`) with no Python between
+calls; activation quantization (once per input row, shared by the projections reading it) is not timed.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+import lowbit
+from lowbit import _native
+from lowbit.bench import bandwidth, memory
+from lowbit.bench.shapes import GEMV_MODELS, MODEL_SHAPES, linear_shapes
+from lowbit.formats import Activations, get_format
+from lowbit.formats.floats import BF16Weight, F32Weight
+from lowbit.formats.intcodes import IntCodeWeight
+
+FORMATS = ["bf16", "int8", "int4", "int2", "ternary", "binary"]
+ROTATE_L3_FACTOR = 8
+DEFAULT_GROUP = {"int4": 64, "int2": 64}
+
+
+def l3_bytes() -> int:
+    try:
+        text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+        return int(text.rstrip("KMG")) * mult
+    except (OSError, ValueError):
+        return 32 << 20
+
+
+def random_weight(fmt: str, m: int, k: int, rng: np.random.Generator):
+    """A packed weight of `fmt` with random codes and scales (the layout and byte count of a real one)."""
+    cls = get_format(fmt)
+    if cls is F32Weight:
+        return F32Weight(rng.standard_normal((m, k), dtype=np.float32))
+    if cls is BF16Weight:
+        return BF16Weight(rng.integers(0x3C00, 0x3F80, size=(m, k), dtype=np.uint16) ^ rng.integers(0, 2, size=(m, k), dtype=np.uint16) << 15)
+    assert issubclass(cls, IntCodeWeight)
+    levels = 3 if fmt == "ternary" else 1 << cls.bits
+    codes = rng.integers(0, levels, size=(m, k), dtype=np.uint8)
+    group = DEFAULT_GROUP.get(fmt)
+    g = 1 if group is None else -(-(-(-k // 64) * 64) // group)
+    a = rng.uniform(0.01, 0.02, size=(m, g)).astype(np.float32)
+    b = -a * (levels - 1) / 2 if fmt in ("int4", "int2") else None
+    return cls.from_codes(codes, a, b, group=group)
+
+
+def _arrays(pw):
+    return pw.state()[1]
+
+
+def _timer(pw, n_tokens: int, copies: list, rng):
+    """Returns f(iters) -> seconds for `iters` calls over the copies."""
+    m, k = pw.shape
+    x = rng.standard_normal((n_tokens, k)).astype(np.float32)
+    y = np.empty((n_tokens, m), np.float32)
+    if isinstance(pw, IntCodeWeight):
+        q, sx, sq = Activations(x).int8(pw.kp, pw.group)
+        tuples = [(c.codes, c._scale_u16, c._offset_u16) for c in copies]
+        zc = float(pw.zc or 0.0)
+        return lambda iters: _native.bench_int(tuples, zc, pw.bits, m, pw.kp, pw.group, q, sx, sq, y, iters)
+    ws = [c.w for c in copies]
+    return lambda iters: _native.bench_float(ws, x, y, iters)
+
+
+def time_matmul(pw, n_tokens: int = 1, rotate_bytes: int | None = None, min_time: float = 0.25,
+                repeats: int = 5, rng=None) -> dict:
+    """Median seconds per call over `repeats` runs; weights rotate through enough copies to defeat the L3."""
+    rng = rng or np.random.default_rng(0)
+    rotate_bytes = ROTATE_L3_FACTOR * l3_bytes() if rotate_bytes is None else rotate_bytes
+    n_copies = max(1, math.ceil(rotate_bytes / pw.nbytes)) if rotate_bytes else 1
+    copies = [_copy(pw) for _ in range(n_copies)]
+    run = _timer(pw, n_tokens, copies, rng)
+    run(max(2, n_copies))  # warm-up: page in every copy
+    once = run(n_copies) / n_copies
+    iters = max(n_copies, int(min_time / max(once, 1e-7)))
+    times = sorted(run(iters) / iters for _ in range(repeats))
+    return {"seconds": times[len(times) // 2], "copies": n_copies, "iters": iters}
+
+
+def _copy(pw):
+    meta, tensors = pw.state()
+    return type(pw).from_state(meta, {k: memory.copy(v) for k, v in tensors.items()})
+
+
+def in_cache_rate(fmt: str, threads: int = 1, target_bytes: int = 512 << 10, k: int = 4096) -> dict:
+    """GB/s of packed weights on a matrix that stays in L2 (the paper's B/gamma: decode-and-compute speed)."""
+    rng = np.random.default_rng(1)
+    probe = random_weight(fmt, 64, k, rng)
+    m = max(64, int(target_bytes * threads / probe.nbytes) * 64)
+    pw = random_weight(fmt, m, k, rng)
+    before = lowbit.get_threads()
+    lowbit.set_threads(threads)
+    try:
+        t = time_matmul(pw, 1, rotate_bytes=0, rng=rng)["seconds"]
+    finally:
+        lowbit.set_threads(before)
+    return {"format": fmt, "threads": threads, "shape": [m, k], "gbps": pw.nbytes / t / 1e9}
+
+
+def run(models=None, formats=None, threads: int | None = None, n_tokens: int = 1, progress=print) -> dict:
+    """The full GEMV (or GEMM, n_tokens > 1) table for the given models' shapes."""
+    models = models or GEMV_MODELS
+    formats = formats or FORMATS
+    threads = threads or lowbit.get_threads()
+    lowbit.set_threads(threads)
+    rng = np.random.default_rng(0)
+    progress(f"measuring read bandwidth with {threads} thread(s) ...")
+    bw = bandwidth.measure(threads)
+    bw1 = bandwidth.measure(1) if threads != 1 else bw
+    rows = []
+    for model in models:
+        for m, k in linear_shapes(MODEL_SHAPES[model]):
+            base = None
+            for fmt in formats:
+                pw = random_weight(fmt, m, k, rng)
+                r = time_matmul(pw, n_tokens, rng=rng)
+                t = r["seconds"]
+                row = {"model": model, "M": m, "K": k, "format": fmt, "bpw": pw.bits_per_weight, "bytes": pw.nbytes,
+                       "us": t * 1e6, "gbps": pw.nbytes / t / 1e9, "copies": r["copies"],
+                       "gops": 2.0 * m * k * n_tokens / t / 1e9}
+                row["bw_fraction"] = row["gbps"] / bw["gbps"]
+                if fmt == "bf16":
+                    base = t
+                row["speedup_vs_bf16"] = base / t if base else None
+                rows.append(row)
+                progress(f"  {model:15s} {m:6d}x{k:<6d} {fmt:8s} {row['us']:9.1f} us  {row['gbps']:6.1f} GB/s")
+    cache = [in_cache_rate(f, 1) for f in formats]
+    return {"threads": threads, "n_tokens": n_tokens, "isa": lowbit.cpu_info()["isa"], "bandwidth": bw,
+            "bandwidth_1thread": bw1, "pool_overhead_us": _native.pool_overhead(20000) * 1e6,
+            "rotate_bytes": ROTATE_L3_FACTOR * l3_bytes(), "l3_bytes": l3_bytes(), "rows": rows, "in_cache": cache,
+            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S")}

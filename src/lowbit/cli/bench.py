@@ -1,0 +1,120 @@
+"""`lowbit bench bandwidth|gemv|e2e`: speed against the machine's memory bandwidth."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks: bandwidth, gemv, e2e",
+                       description="Benchmarks that measure lowbit against this machine's read bandwidth.")
+    bsub = p.add_subparsers(dest="bench", metavar="BENCH")
+
+    b = bsub.add_parser("bandwidth", help="read bandwidth for 1..N threads (the roofline's roof)",
+                        description="Reads a buffer far larger than the L3 (default 1 GiB) on lowbit's thread pool.")
+    b.add_argument("-t", "--threads", type=int, default=None, help="max threads (default: physical cores)")
+    b.add_argument("--size-mb", type=int, default=1024, help="buffer size in MiB (default 1024)")
+    b.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    b.set_defaults(func=main_bandwidth)
+
+    g = bsub.add_parser("gemv", help="GEMV/GEMM per format at Falcon3-1B, MobileLLM-1.5B, BitNet-2B, Llama3-8B shapes",
+                        description="Times every weight format on real model shapes (weights rotated past the L3), "
+                                    "reports GB/s of packed weights, the fraction of measured bandwidth and the "
+                                    "speedup over bf16, plus each format's in-cache (L2) throughput.")
+    g.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
+    g.add_argument("--models", default=None, help="comma-separated: falcon3-1b,mobilellm-1.5b,bitnet-2b,llama3-8b")
+    g.add_argument("--formats", default=None, help="comma-separated formats (default bf16,int8,int4,int2,ternary,binary)")
+    g.add_argument("-n", "--batch", type=int, default=1, help="tokens per call: 1 = GEMV (decode), e.g. 128 = GEMM (prefill)")
+    g.add_argument("--plot", metavar="FILE.png", default=None, help="draw GB/s per shape and format with the bandwidth line")
+    g.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    g.set_defaults(func=main_gemv)
+
+    try:
+        importlib.import_module("lowbit.bench.e2e").add_parser(bsub)
+    except ModuleNotFoundError as e:
+        if e.name != "lowbit.bench.e2e":
+            raise
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _threads(args) -> int:
+    import lowbit
+
+    if args.threads is not None and args.threads < 1:
+        raise ValueError("--threads must be >= 1")
+    return args.threads or lowbit.cpu_info()["physical_cores"]
+
+
+def main_bandwidth(args) -> int:
+    from lowbit.bench import bandwidth
+
+    res = bandwidth.sweep(_threads(args), nbytes=args.size_mb << 20)
+    if args.json:
+        json.dump(res, sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"read bandwidth, {args.size_mb} MiB buffer (L3 defeated), best / mean of 3 runs x 3 passes")
+    print(f"{'threads':>7}  {'GB/s':>7}  {'mean':>7}")
+    for r in res:
+        print(f"{r['threads']:>7}  {r['gbps']:7.1f}  {r['gbps_mean']:7.1f}")
+    return 0
+
+
+def main_gemv(args) -> int:
+    from lowbit.bench import gemv
+
+    if args.batch < 1:
+        raise ValueError("--batch must be >= 1")
+    models = args.models.split(",") if args.models else None
+    formats = args.formats.split(",") if args.formats else None
+    from lowbit.bench.shapes import MODEL_SHAPES
+    for m in models or []:
+        if m not in MODEL_SHAPES:
+            raise ValueError(f"unknown model shape {m!r}; known: {', '.join(MODEL_SHAPES)}")
+    quiet = args.json
+    res = gemv.run(models, formats, _threads(args), args.batch,
+                   progress=(lambda s: None) if quiet else (lambda s: print(s, file=sys.stderr)))
+    if args.plot:
+        from lowbit.bench.plot import plot_gemv
+        res["plot"] = str(plot_gemv(res, args.plot))
+    if args.json:
+        json.dump(res, sys.stdout, indent=1)
+        print()
+        return 0
+    print_gemv(res)
+    return 0
+
+
+def print_gemv(res: dict) -> None:
+    bw, bw1 = res["bandwidth"], res["bandwidth_1thread"]
+    mode = "GEMV (1 token)" if res["n_tokens"] == 1 else f"GEMM ({res['n_tokens']} tokens)"
+    print(f"lowbit bench gemv: {mode}, {res['threads']} thread(s), ISA {res['isa']}")
+    print(f"read bandwidth: {bw['gbps']:.1f} GB/s with {res['threads']} thread(s), {bw1['gbps']:.1f} GB/s with 1; "
+          f"weights rotated over >= {res['rotate_bytes'] >> 20} MiB ({res['rotate_bytes'] // res['l3_bytes']}x the L3)")
+    print(f"thread pool fork/join: {res['pool_overhead_us']:.2f} us per call")
+    print()
+    hdr = f"{'model':15s} {'M x K':>12s} {'format':8s} {'bpw':>5s} {'MB':>7s} {'us/call':>9s} {'GB/s':>6s} {'%BW':>5s} {'x bf16':>6s}"
+    if res["n_tokens"] > 1:
+        hdr += f" {'GOP/s':>7s}"
+    print(hdr)
+    last = None
+    for r in res["rows"]:
+        key = (r["model"], r["M"], r["K"])
+        if last and key != last:
+            print()
+        last = key
+        sp = f"{r['speedup_vs_bf16']:6.2f}" if r["speedup_vs_bf16"] else f"{'-':>6s}"
+        line = (f"{r['model']:15s} {str(r['M']) + 'x' + str(r['K']):>12s} {r['format']:8s} {r['bpw']:5.2f} "
+                f"{r['bytes'] / 1e6:7.2f} {r['us']:9.1f} {r['gbps']:6.1f} {100 * r['bw_fraction']:4.0f}% {sp}")
+        if res["n_tokens"] > 1:
+            line += f" {r['gops']:7.0f}"
+        print(line)
+    print()
+    print("in-cache throughput, 1 thread (paper 000's B/gamma; memory-bound when above the 1-thread roof):")
+    for c in res["in_cache"]:
+        bound = "memory-bound" if c["gbps"] > bw1["gbps"] else "compute-bound"
+        print(f"  {c['format']:8s} {c['gbps']:7.1f} GB/s  ({c['shape'][0]}x{c['shape'][1]})  -> {bound} at {bw1['gbps']:.1f} GB/s")
+    if res.get("plot"):
+        print(f"\nplot: {res['plot']}")
