@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <tuple>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
@@ -120,6 +121,12 @@ void gemm_float(nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>> 
   FloatJob j{FloatWeights{w.data(), M, K}, x.data(), N, y.data(), bf16, &active_kernels()};
   const int64_t nblocks = (M + kFloatRows - 1) / kFloatRows;
   nb::gil_scoped_release release;
+  std::vector<float> xbuf;
+  if (bf16 && j.k->bf16_x_layout) {
+    xbuf.resize(N * j.k->bf16_x_stride(K));
+    j.k->bf16_x_layout(x.data(), N, K, xbuf.data());
+    j.x = xbuf.data();
+  }
   pool_run((nblocks + kFloatBlocksPerTask - 1) / kFloatBlocksPerTask, float_task, &j);
 }
 
@@ -163,6 +170,13 @@ double bench_float(std::vector<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu
     const bool bf16 = w.dtype() == nb::dtype<uint16_t>();
     jobs.push_back(FloatJob{FloatWeights{w.data(), (int64_t)w.shape(0), (int64_t)w.shape(1)}, x.data(),
                             (int64_t)x.shape(0), y.data(), bf16, &active_kernels()});
+  }
+  std::vector<float> xbuf;
+  if (jobs[0].bf16 && jobs[0].k->bf16_x_layout) {
+    const int64_t K = jobs[0].w.K, N = (int64_t)x.shape(0);
+    xbuf.resize(N * jobs[0].k->bf16_x_stride(K));
+    jobs[0].k->bf16_x_layout(x.data(), N, K, xbuf.data());
+    for (auto& j : jobs) j.x = xbuf.data();
   }
   const int64_t M = jobs[0].w.M;
   const int64_t ntasks = ((M + kFloatRows - 1) / kFloatRows + kFloatBlocksPerTask - 1) / kFloatBlocksPerTask;

@@ -60,6 +60,9 @@ struct KernelTable {
   void (*gemm_bf16)(const FloatWeights&, const float* x, int64_t N, float* y, int64_t ldy, int64_t b0, int64_t b1);
   // Reads [p, p+n) (n a multiple of 256) with the widest loads and the GEMV's prefetch: the bandwidth roof.
   uint64_t (*read)(const uint8_t* p, int64_t n);
+  // Optional: rearranges x [N][K] into the layout gemm_bf16 reads (returns floats per row), or nullptr.
+  int64_t (*bf16_x_layout)(const float* x, int64_t N, int64_t K, float* out);
+  int64_t (*bf16_x_stride)(int64_t K);
 };
 
 constexpr int kPrefetchBytes = 4096;  // software prefetch distance of the weight streams

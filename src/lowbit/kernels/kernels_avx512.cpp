@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "common.h"
 
@@ -220,36 +221,85 @@ void gemm_int_avx512(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, 
   }
 }
 
-// ---- float formats: rows of 8, K along vectors of 16 (masked tail) ----
-inline __m512 load_w16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-inline __m512 load_w16(const uint16_t* p, __mmask16 m) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+// ---- float formats: rows of 8 per block, 4 rows x up to 4 tokens per pass ----
+// 4 rows x NT tokens per pass (NT <= 4): each widened weight vector feeds NT FMAs.
+// bf16 rows are read 32 at a time and widened without a shuffle: (v << 16) holds the even elements as
+// f32, (v & 0xffff0000) the odd ones; x comes pre-split to match (bf16_x_layout: per 32 k, 16 even then
+// 16 odd values), so the activations stay f32 and exact.
+template <typename T, int NT>
+inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m0, int rows) {
+  __m512 acc[4][NT];
+  for (int r = 0; r < 4; ++r)
+    for (int n = 0; n < NT; ++n) acc[r][n] = _mm512_setzero_ps();
+  if constexpr (std::is_same_v<T, float>) {
+    for (int64_t k = 0; k < K; k += 16) {
+      const __mmask16 m = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
+      __m512 xv[NT];
+      for (int n = 0; n < NT; ++n) xv[n] = _mm512_maskz_loadu_ps(m, x + n * ldx + k);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        if (r >= rows) break;
+        const float* wr = W + (m0 + r) * K + k;
+        _mm_prefetch((const char*)wr + 1024, _MM_HINT_T0);
+        const __m512 wv = _mm512_maskz_loadu_ps(m, wr);
+        for (int n = 0; n < NT; ++n) acc[r][n] = _mm512_fmadd_ps(wv, xv[n], acc[r][n]);
+      }
+    }
+  } else {
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    for (int64_t k = 0; k < K; k += 32) {
+      const __mmask32 m = K - k >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (K - k)) - 1);
+      __m512 xe[NT], xo[NT];
+      for (int n = 0; n < NT; ++n) {
+        xe[n] = _mm512_loadu_ps(x + n * ldx + k);
+        xo[n] = _mm512_loadu_ps(x + n * ldx + k + 16);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        if (r >= rows) break;
+        const uint16_t* wr = W + (m0 + r) * K + k;
+        _mm_prefetch((const char*)wr + 1024, _MM_HINT_T0);
+        const __m512i v = _mm512_maskz_loadu_epi16(m, wr);
+        const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
+        for (int n = 0; n < NT; ++n)
+          acc[r][n] = _mm512_fmadd_ps(wo, xo[n], _mm512_fmadd_ps(we, xe[n], acc[r][n]));
+      }
+    }
+  }
+  for (int r = 0; r < rows; ++r)
+    for (int n = 0; n < NT; ++n) y[n * ldy + m0 + r] = _mm512_reduce_add_ps(acc[r][n]);
+}
+
+int64_t bf16_x_stride(int64_t K) { return (K + 31) / 32 * 32; }
+
+int64_t bf16_x_layout(const float* x, int64_t N, int64_t K, float* out) {
+  const int64_t ld = bf16_x_stride(K);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k0 = 0; k0 < ld; k0 += 32)
+      for (int i = 0; i < 16; ++i) {
+        const int64_t ke = k0 + 2 * i, ko = ke + 1;
+        out[n * ld + k0 + i] = ke < K ? x[n * K + ke] : 0.f;
+        out[n * ld + k0 + 16 + i] = ko < K ? x[n * K + ko] : 0.f;
+      }
+  return ld;
 }
 
 template <typename T>
 void gemm_float_avx512(const FloatWeights& w, const float* x, int64_t N, float* y, int64_t ldy, int64_t b0, int64_t b1) {
   const T* W = static_cast<const T*>(w.w);
-  const int64_t K = w.K;
+  const int64_t K = w.K, ldx = std::is_same_v<T, float> ? K : bf16_x_stride(K);
   for (int64_t blk = b0; blk < b1; ++blk) {
-    const int64_t m0 = blk * kFloatRows, rows = std::min<int64_t>(kFloatRows, w.M - m0);
-    for (int64_t n = 0; n < N; ++n) {
-      const float* xr = x + n * K;
-      __m512 acc[kFloatRows];
-      for (int r = 0; r < kFloatRows; ++r) acc[r] = _mm512_setzero_ps();
-      for (int64_t k = 0; k < K; k += 16) {
-        const __mmask16 m = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
-        const __m512 xv = _mm512_maskz_loadu_ps(m, xr + k);
-        if (rows == kFloatRows) {
-#pragma GCC unroll 8
-          for (int r = 0; r < kFloatRows; ++r) {
-            _mm_prefetch((const char*)(W + (m0 + r) * K + k) + 1024, _MM_HINT_T0);
-            acc[r] = _mm512_fmadd_ps(load_w16(W + (m0 + r) * K + k, m), xv, acc[r]);
-          }
-        } else {
-          for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(load_w16(W + (m0 + r) * K + k, m), xv, acc[r]);
-        }
+    for (int64_t m0 = blk * kFloatRows; m0 < std::min((blk + 1) * kFloatRows, w.M); m0 += 4) {
+      const int rows = (int)std::min<int64_t>(4, w.M - m0);
+      int64_t n = 0;
+      for (; n + 4 <= N; n += 4) float_tile<T, 4>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows);
+      switch (N - n) {
+        case 3: float_tile<T, 3>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
+        case 2: float_tile<T, 2>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
+        case 1: float_tile<T, 1>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
+        default: break;
       }
-      for (int r = 0; r < rows; ++r) y[n * ldy + m0 + r] = _mm512_reduce_add_ps(acc[r]);
     }
   }
 }
@@ -272,7 +322,8 @@ uint64_t read_avx512(const uint8_t* p, int64_t n) {
 }  // namespace
 
 const KernelTable& kernels_avx512() {
-  static const KernelTable t{"avx512", gemm_int_avx512, gemm_float_avx512<float>, gemm_float_avx512<uint16_t>, read_avx512};
+  static const KernelTable t{"avx512", gemm_int_avx512, gemm_float_avx512<float>, gemm_float_avx512<uint16_t>, read_avx512,
+                             bf16_x_layout, bf16_x_stride};
   return t;
 }
 
