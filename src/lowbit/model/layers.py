@@ -80,7 +80,10 @@ class Embedding:
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """x: float32 [N, D], w: float32 [D] -> x / sqrt(mean(x^2) + eps) * w."""
+    """x: float32 [N, D], w: float32 [D] -> x / sqrt(mean(x^2) + eps) * w (a new array)."""
+    if x.shape[0] == 1:  # decode: one row, fewest numpy calls
+        r = 1.0 / math.sqrt(float(np.dot(x[0], x[0])) / x.shape[1] + eps)
+        return x * (w * np.float32(r))
     ms = np.einsum("nd,nd->n", x, x)[:, None]
     ms *= 1.0 / x.shape[1]
     ms += eps
@@ -131,29 +134,29 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> np.ndarr
 class Rope:
     """Rotary embeddings, HF's rotate_half convention: x*cos + rotate_half(x)*sin on [.., head_dim].
 
-    cos, sin: float32 [max_ctx, head_dim/2], precomputed once (both halves of HF's table are equal).
+    With rotate_half(x) = [-x2, x1] for halves x1, x2 this is x*C + swap(x)*S, where swap(x) = [x2, x1],
+    C = [cos, cos] and S = [-sin, sin]; C, S: float32 [max_ctx, head_dim], precomputed once.
     """
 
     def __init__(self, head_dim: int, max_ctx: int, theta: float, scaling: dict | None = None):
         inv = rope_inv_freq(head_dim, theta, scaling)
-        freqs = np.outer(np.arange(max_ctx, dtype=np.float32), inv).astype(np.float32)
-        self.cos = np.cos(freqs).astype(np.float32)  # [max_ctx, half]
-        self.sin = np.sin(freqs).astype(np.float32)  # [max_ctx, half]
+        freqs = np.outer(np.arange(max_ctx, dtype=np.float32), inv).astype(np.float32)  # [max_ctx, hd/2]
+        cos, sin = np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
+        self.C = np.concatenate([cos, cos], axis=1)  # [max_ctx, hd]
+        self.S = np.concatenate([-sin, sin], axis=1)  # [max_ctx, hd]
         self.half = head_dim // 2
 
     def tables(self, pos: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """cos, sin for positions pos..pos+n-1, shaped [n, 1, half] to broadcast over heads."""
-        return self.cos[pos:pos + n, None, :], self.sin[pos:pos + n, None, :]
+        """C, S for positions pos..pos+n-1, shaped [n, 1, head_dim] to broadcast over heads."""
+        return self.C[pos:pos + n, None, :], self.S[pos:pos + n, None, :]
 
-    def apply(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    def apply(self, x: np.ndarray, C: np.ndarray, S: np.ndarray) -> np.ndarray:
         """x: float32 [n, heads, head_dim] -> rotated copy, same shape."""
         h = self.half
-        x1, x2 = x[..., :h], x[..., h:]
-        out = np.empty_like(x)
-        np.multiply(x1, cos, out=out[..., :h])
-        out[..., :h] -= x2 * sin
-        np.multiply(x2, cos, out=out[..., h:])
-        out[..., h:] += x1 * sin
+        sw = np.concatenate((x[..., h:], x[..., :h]), axis=-1)  # swap halves
+        sw *= S
+        out = x * C
+        out += sw
         return out
 
 

@@ -72,16 +72,16 @@ class Block:
         return x
 
     def _qkv(self, x: np.ndarray, pos: int):
-        """x: [n, hidden] -> q [n, heads, hd] (pre-scaled by 1/sqrt(hd)), k, v [n, kv_heads, hd]."""
+        """x: [n, hidden] -> q [n, heads, hd] (scaled by 1/sqrt(hd)), k, v [n, kv_heads, hd], RoPE applied."""
         n = x.shape[0]
         a = Activations(rms_norm(x, self.ln1, self.eps))  # Q/K/V share one int8 quantization
         q = self.q(a).reshape(n, self.n_heads, self.hd)
         k = self.k(a).reshape(n, self.n_kv, self.hd)
         v = self.v(a).reshape(n, self.n_kv, self.hd)
-        cos, sin = self.rope.tables(pos, n)  # [n, 1, hd/2]
-        q = self.rope.apply(q, cos * self.scale, sin * self.scale)
-        k = self.rope.apply(k, cos, sin)
-        return q, k, v
+        qk = self.rope.apply(np.concatenate((q, k), axis=1), *self.rope.tables(pos, n))  # [n, heads+kv, hd]
+        q = qk[:, :self.n_heads]
+        q *= self.scale
+        return q, qk[:, self.n_heads:], v
 
     def _out(self, x: np.ndarray, o: np.ndarray) -> np.ndarray:
         """o: [n, heads*hd] attention output -> x += o_proj(o)."""
