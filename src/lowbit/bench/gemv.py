@@ -19,7 +19,7 @@ from lowbit.bench import bandwidth, memory
 from lowbit.bench.shapes import GEMV_MODELS, MODEL_SHAPES, linear_shapes
 from lowbit.formats import Activations, get_format
 from lowbit.formats.floats import BF16Weight, F32Weight
-from lowbit.formats.intcodes import IntCodeWeight
+from lowbit.formats.intcodes import ROW_BLOCK, IntCodeWeight, padded_k, resolve_group
 
 FORMATS = ["bf16", "int8", "int4", "int2", "ternary", "binary"]
 ROTATE_L3_FACTOR = 8
@@ -35,21 +35,35 @@ def l3_bytes() -> int:
         return 32 << 20
 
 
+_TERNARY_BYTES = np.array([a | b << 2 | c << 4 | d << 6 for a in range(3) for b in range(3) for c in range(3)
+                           for d in range(3)], np.uint8)  # bytes whose four 2-bit codes are all in {0,1,2}
+
+
 def random_weight(fmt: str, m: int, k: int, rng: np.random.Generator):
-    """A packed weight of `fmt` with random codes and scales (the layout and byte count of a real one)."""
+    """A packed weight of `fmt` with random codes and scales: the layout and byte count of a real one.
+
+    Codes are drawn directly in the packed layout (every byte is valid; ternary bytes hold codes 0..2),
+    so building an 8B-parameter model takes seconds."""
     cls = get_format(fmt)
     if cls is F32Weight:
         return F32Weight(rng.standard_normal((m, k), dtype=np.float32))
     if cls is BF16Weight:
-        return BF16Weight(rng.integers(0x3C00, 0x3F80, size=(m, k), dtype=np.uint16) ^ rng.integers(0, 2, size=(m, k), dtype=np.uint16) << 15)
+        # bf16 bits of +-[1, 2): random mantissas, random signs
+        bits = rng.integers(0x3F80, 0x4000, size=(m, k), dtype=np.uint16)
+        return BF16Weight(bits | (rng.integers(0, 2, size=(m, k), dtype=np.uint16) << np.uint16(15)))
     assert issubclass(cls, IntCodeWeight)
-    levels = 3 if fmt == "ternary" else 1 << cls.bits
-    codes = rng.integers(0, levels, size=(m, k), dtype=np.uint8)
-    group = DEFAULT_GROUP.get(fmt)
-    g = 1 if group is None else -(-(-(-k // 64) * 64) // group)
-    a = rng.uniform(0.01, 0.02, size=(m, g)).astype(np.float32)
-    b = -a * (levels - 1) / 2 if fmt in ("int4", "int2") else None
-    return cls.from_codes(codes, a, b, group=group)
+    kp = padded_k(k)
+    mb = -(-m // ROW_BLOCK)
+    n_bytes = mb * kp * ROW_BLOCK * cls.bits // 8
+    if fmt == "ternary":
+        codes = _TERNARY_BYTES[rng.integers(0, len(_TERNARY_BYTES), size=n_bytes)]
+    else:
+        codes = rng.integers(0, 256, size=n_bytes, dtype=np.uint8)
+    group = resolve_group(DEFAULT_GROUP.get(fmt), k)
+    g = -(-kp // group)
+    scale = rng.uniform(0.01, 0.02, size=mb * g * ROW_BLOCK).astype(np.float16)
+    offset = (-scale * 1.5).astype(np.float16) if fmt in ("int4", "int2") else None
+    return cls((m, k), group, codes, scale, offset)
 
 
 def _arrays(pw):

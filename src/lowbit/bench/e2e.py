@@ -1,0 +1,178 @@
+"""End-to-end speed: prompt (prefill, GEMM) and generation (decode, GEMV) tokens/s on a real model or a
+model shape with random weights, against the roofline (bytes read per token / measured bandwidth).
+
+    lowbit bench e2e --shape llama3-8b --format ternary -t 2
+    lowbit bench e2e -m model-dir-or-gguf
+"""
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+
+import numpy as np
+
+import lowbit
+from lowbit.bench import bandwidth
+from lowbit.bench.gemv import random_weight
+from lowbit.bench.shapes import MODEL_SHAPES
+from lowbit.formats import PackedWeight
+from lowbit.formats.floats import BF16Weight
+
+LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def shape_model(name: str, fmt: str, lm_head_format: str = "int8", layers: int | None = None,
+                max_context: int = 1024, seed: int = 0):
+    """A model of a named shape with random weights in `fmt` (lm_head in `lm_head_format`)."""
+    from lowbit.model import Model
+    from lowbit.model.dummy import weight_shapes
+
+    if name not in MODEL_SHAPES:
+        raise ValueError(f"unknown shape {name!r}; known: {', '.join(MODEL_SHAPES)}")
+    cfg = {k: v for k, v in MODEL_SHAPES[name].items() if k != "label"}
+    cfg.setdefault("max_position_embeddings", 4096)
+    cfg.setdefault("rms_norm_eps", 1e-5)
+    cfg.setdefault("rope_theta", 500000.0)
+    if cfg["model_type"] == "bitnet":
+        cfg.setdefault("hidden_act", "relu2")
+    if layers:
+        cfg["num_hidden_layers"] = int(layers)
+    cfg["tie_word_embeddings"] = False  # a converted model always carries its own lm_head
+    rng = np.random.default_rng(seed)
+    weights: dict[str, object] = {}
+    for wname, shape in weight_shapes(cfg).items():
+        if len(shape) == 1:
+            weights[wname] = np.ones(shape, np.float32)
+        elif wname == "model.embed_tokens.weight":
+            weights[wname] = random_weight("bf16", *shape, rng)
+        elif wname == "lm_head.weight":
+            weights[wname] = random_weight(lm_head_format, *shape, rng)
+        else:
+            weights[wname] = random_weight(fmt, *shape, rng)
+    return Model.from_weights(cfg, weights, max_context=max_context), cfg
+
+
+def bytes_per_token(model, position: float) -> dict:
+    """Bytes a decode step reads: decoder blocks' weights, lm_head, and the KV cache at `position`."""
+    a = model.args
+    blocks = lm_head = 0
+    for name, lin in model.linears().items():
+        if name == "lm_head":
+            lm_head += lin.weight.nbytes
+        else:
+            blocks += lin.weight.nbytes
+    itemsize = model.cache.k.dtype.itemsize
+    kv = int(2 * a.num_hidden_layers * a.num_key_value_heads * a.head_dim * itemsize * position)
+    return {"blocks": int(blocks), "lm_head": int(lm_head), "kv_cache": kv, "total": int(blocks + lm_head + kv)}
+
+
+def run(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats: int = 3, seed: int = 0) -> dict:
+    """Times prefill of `prompt_tokens` and `gen_tokens` greedy decode steps (EOS ignored)."""
+    vocab = model.args.vocab_size
+    rng = np.random.default_rng(seed)
+    prompt = [int(t) for t in rng.integers(0, vocab, size=prompt_tokens)]
+    if prompt_tokens + gen_tokens > model.max_context:
+        raise ValueError(f"prompt + generation ({prompt_tokens + gen_tokens}) exceed the context ({model.max_context})")
+    pp, tg = [], []
+    for r in range(repeats + 1):  # the first round is the warm-up
+        model.reset()
+        t0 = time.perf_counter()
+        logits = model.prefill(prompt)
+        t1 = time.perf_counter()
+        tok = int(np.argmax(logits))
+        for _ in range(gen_tokens):
+            tok = int(np.argmax(model.decode(tok)))
+        t2 = time.perf_counter()
+        if r:
+            pp.append(prompt_tokens / (t1 - t0))
+            tg.append(gen_tokens / (t2 - t1))
+    model.reset()
+    return {"prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "repeats": repeats,
+            "pp_tps": float(np.mean(pp)), "pp_sd": float(np.std(pp)),
+            "tg_tps": float(np.mean(tg)), "tg_sd": float(np.std(tg))}
+
+
+def describe(model) -> dict:
+    n_bytes = n_weights = 0
+    formats = {}
+    for name, lin in model.linears().items():
+        w: PackedWeight = lin.weight
+        n_bytes += w.nbytes
+        n_weights += w.shape[0] * w.shape[1]
+        formats[w.format] = formats.get(w.format, 0) + w.shape[0] * w.shape[1]
+    emb = model.embed.table if hasattr(model.embed, "table") else None
+    emb_bytes = getattr(emb, "nbytes", 0) if emb is not None else 0
+    return {"linear_bytes": n_bytes, "embedding_bytes": int(emb_bytes), "size_bytes": int(n_bytes + emb_bytes),
+            "bits_per_weight": 8.0 * n_bytes / max(n_weights, 1), "formats": formats, "params": model.n_params}
+
+
+def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int, label: str) -> dict:
+    lowbit.set_threads(threads)
+    speed = run(model, prompt_tokens, gen_tokens, repeats)
+    bw = bandwidth.measure(threads, nbytes=512 << 20)
+    per_tok = bytes_per_token(model, prompt_tokens + gen_tokens / 2)
+    roof_tps = bw["gbps"] * 1e9 / per_tok["total"]
+    return {"model": label, "threads": threads, **speed, **describe(model), "bytes_per_token": per_tok,
+            "bandwidth_gbps": bw["gbps"], "roofline_tps": roof_tps, "roofline_fraction": speed["tg_tps"] / roof_tps,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "isa": lowbit.cpu_info()["isa"]}
+
+
+def print_result(r: dict) -> None:
+    b = r["bytes_per_token"]
+    print(f"{r['model']}: {r['params'] / 1e9:.2f} B params, {r['size_bytes'] / 1e9:.2f} GB, "
+          f"{r['bits_per_weight']:.2f} bits/weight in the linears ({', '.join(r['formats'])}), ISA {r['isa']}, "
+          f"{r['threads']} thread(s)")
+    print(f"  prompt  pp{r['prompt_tokens']:<4d} {r['pp_tps']:9.1f} ± {r['pp_sd']:.1f} tok/s")
+    print(f"  decode  tg{r['gen_tokens']:<4d} {r['tg_tps']:9.1f} ± {r['tg_sd']:.1f} tok/s   (mean ± sd of {r['repeats']} after a warm-up)")
+    print(f"  bytes/token {b['total'] / 1e6:.1f} MB = blocks {b['blocks'] / 1e6:.1f} + lm_head {b['lm_head'] / 1e6:.1f} "
+          f"+ KV cache {b['kv_cache'] / 1e6:.1f}; bandwidth {r['bandwidth_gbps']:.1f} GB/s -> roofline "
+          f"{r['roofline_tps']:.1f} tok/s; decode at {100 * r['roofline_fraction']:.0f}% of it")
+    print(f"  peak memory (RSS) {r['peak_rss_bytes'] / 1e9:.2f} GB")
+
+
+def add_parser(bsub) -> None:
+    e = bsub.add_parser("e2e", help="prompt and generation tokens/s and the fraction of the roofline",
+                        description="End-to-end speed on a model (-m, anything `lowbit.load` takes) or a model "
+                                    "shape with random weights (--shape), EOS ignored while timing.")
+    src = e.add_mutually_exclusive_group()
+    src.add_argument("-m", "--model", help="model dir, HF folder or GGUF")
+    src.add_argument("--shape", choices=sorted(MODEL_SHAPES), help="a model shape with random weights")
+    e.add_argument("--format", default="ternary", help="weight format of the decoder linears (default ternary)")
+    e.add_argument("--lm-head-format", default="int8", help="format of lm_head for --shape (default int8)")
+    e.add_argument("--layers", type=int, default=None, help="override the number of layers of --shape (memory)")
+    e.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
+    e.add_argument("-p", "--prompt-tokens", type=int, default=128, help="prompt length (default 128)")
+    e.add_argument("-n", "--gen-tokens", type=int, default=64, help="generated tokens (default 64)")
+    e.add_argument("-r", "--repeats", type=int, default=3, help="timed repeats after one warm-up (default 3)")
+    e.add_argument("--json", action="store_true", help="print JSON")
+    e.set_defaults(func=main)
+
+
+def main(args) -> int:
+    threads = args.threads or lowbit.cpu_info()["physical_cores"]
+    if args.shape:
+        model, _ = shape_model(args.shape, args.format, args.lm_head_format, args.layers,
+                               max_context=args.prompt_tokens + args.gen_tokens + 8)
+        label = f"{args.shape} ({args.format}, lm_head {args.lm_head_format}, random weights"
+        label += f", {args.layers} layers)" if args.layers else ")"
+    else:
+        from lowbit.api import load
+        llm = load(args.model or _default_model(), format=args.format)
+        model = llm.model
+        label = str(args.model or "default model")
+    res = bench(model, threads, args.prompt_tokens, args.gen_tokens, args.repeats, label)
+    if args.json:
+        json.dump(res, sys.stdout, indent=1)
+        print()
+    else:
+        print_result(res)
+    return 0
+
+
+def _default_model():
+    from lowbit.api import default_model_path
+    return default_model_path()
