@@ -146,3 +146,17 @@ def test_property_any_shape(m, k, n, fmt, seed):
     pw = quantize(w, fmt)
     ref = reference(pw, x)
     np.testing.assert_allclose(pw.matmul(x), ref, rtol=0, atol=1e-5 * max(np.abs(ref).max(), 1e-6))
+
+
+def test_matmul_many_equals_separate_calls(isa, rng):
+    from lowbit.formats import matmul_many
+
+    k = 576
+    ws = [quantize(rng.standard_normal((m, k)).astype(np.float32), "ternary") for m in (576, 192, 192)]
+    mixed = ws + [quantize(rng.standard_normal((100, k)).astype(np.float32), "bf16")]
+    for n in (1, 5, 70):
+        x = rng.standard_normal((n, k)).astype(np.float32)
+        for group in (ws, mixed):
+            for got, w in zip(matmul_many(group, x), group):
+                np.testing.assert_array_equal(got, w.matmul(x))
+    assert matmul_many(ws, x[0])[0].shape == (576,)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowbit.formats.base import Activations, PackedWeight
+from lowbit import _native
+from lowbit.formats.base import Activations, PackedWeight, as_activations
 from lowbit.formats.binary import BinaryWeight
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.int2 import Int2Weight
 from lowbit.formats.int4 import Int4Weight
 from lowbit.formats.int8 import Int8Weight
+from lowbit.formats.intcodes import IntCodeWeight
 from lowbit.formats.ternary import TernaryWeight
 
 FORMATS: dict[str, type[PackedWeight]] = {
@@ -34,9 +36,26 @@ def quantize(w: np.ndarray, format: str, **options) -> PackedWeight:
     return get_format(format).quantize(w, **options)
 
 
+def matmul_many(weights: list[PackedWeight], x) -> list[np.ndarray]:
+    """[w.matmul(x) for w in weights], with the input quantized once and, when every weight is an
+    integer-code format with the same padded K and group, one native call (one thread fork/join)."""
+    if not weights:
+        return []
+    acts, vec = as_activations(x, weights[0].shape[1])
+    first = weights[0]
+    if all(isinstance(w, IntCodeWeight) and w.kp == first.kp and w.group == first.group and w.shape[1] == first.shape[1]
+           for w in weights):
+        q, sx, sq = acts.int8(first.kp, first.group)
+        ys = [np.empty((q.shape[0], w.shape[0]), np.float32) for w in weights]
+        _native.gemm_int_multi([w.native_args() for w in weights], first.kp, first.group, q, sx, sq, ys)
+    else:
+        ys = [w.matmul(acts) for w in weights]
+    return [y[0] for y in ys] if vec else ys
+
+
 def from_state(meta: dict, tensors: dict[str, np.ndarray]) -> PackedWeight:
     """Rebuilds a packed weight from its stored metadata and arrays (no copy)."""
     return get_format(meta["format"]).from_state(meta, tensors)
 
 
-__all__ = ["Activations", "FORMATS", "PackedWeight", "from_state", "get_format", "quantize"]
+__all__ = ["Activations", "FORMATS", "PackedWeight", "from_state", "get_format", "matmul_many", "quantize"]

@@ -154,6 +154,10 @@ class IntCodeWeight(PackedWeight):
                          self.shape[0], self.kp, self.group, q, sx, sq, y)
         return y
 
+    def native_args(self) -> tuple:
+        """(codes, scale, offset, zc, bits, M): this weight as gemm_int_multi takes it."""
+        return (self.codes, self._scale_u16, self._offset_u16, float(self.zc or 0.0), self.bits, self.shape[0])
+
     def state(self):
         meta = {"format": self.format, "bits": self.bits, "M": self.shape[0], "K": self.shape[1],
                 "group": self.group, **self.meta_extra}

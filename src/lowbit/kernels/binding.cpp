@@ -52,6 +52,19 @@ void int_task(void* p, int64_t t) {
   j.k->gemm_int(j.w, a, j.y + n0 * j.ldy, j.ldy, blk, blk + 1);
 }
 
+// Several weights reading the same activations (Q/K/V, gate/up): one pool run over all their row blocks,
+// so the threads fork and join once and small matrices (K/V) share the work with large ones.
+struct MultiIntJob {
+  std::vector<IntJob> parts;
+  std::vector<int64_t> first_task;  // prefix sums of tasks per part
+};
+
+void multi_int_task(void* p, int64_t t) {
+  const MultiIntJob& m = *static_cast<const MultiIntJob*>(p);
+  size_t i = std::upper_bound(m.first_task.begin(), m.first_task.end(), t) - m.first_task.begin() - 1;
+  int_task((void*)&m.parts[i], t - m.first_task[i]);
+}
+
 struct FloatJob {
   FloatWeights w;
   const float* x;
@@ -109,6 +122,46 @@ void gemm_int(Arr<const uint8_t, nb::ndim<1>> codes, Arr<const uint16_t, nb::ndi
   j.k = &active_kernels();
   nb::gil_scoped_release release;
   pool_run(Mb * j.n_tok_chunks, int_task, &j);
+}
+
+using IntWeightTuple = std::tuple<Arr<const uint8_t, nb::ndim<1>>, Arr<const uint16_t, nb::ndim<1>>,
+                                  std::optional<Arr<const uint16_t, nb::ndim<1>>>, float, int, int64_t>;
+
+// weights: (codes, scale, offset|None, zc, bits, M) each, all with the same Kp and group.
+void gemm_int_multi(std::vector<IntWeightTuple> weights, int64_t Kp, int64_t group, Arr<const int8_t, nb::ndim<2>> q,
+                    Arr<const float, nb::ndim<2>> sx, Arr<const int32_t, nb::ndim<2>> sumx,
+                    std::vector<Arr<float, nb::ndim<2>>> ys) {
+  require(weights.size() == ys.size(), "one output per weight");
+  require(Kp > 0 && Kp % kKAlign == 0, "Kp must be a positive multiple of 64");
+  require(group > 0 && (group % kKAlign == 0 || group == Kp), "group must be a multiple of 64 or Kp");
+  const int64_t N = q.shape(0), G = (Kp + group - 1) / group;
+  require(q.shape(1) == (size_t)Kp, "activations: q must be [N, Kp]");
+  require(sx.shape(0) == (size_t)N && sx.shape(1) == (size_t)G, "activations: scale must be [N, G]");
+  require(sumx.shape(0) == (size_t)N && sumx.shape(1) == (size_t)G, "activations: sum must be [N, G]");
+  MultiIntJob m;
+  int64_t tasks = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    auto& [codes, scale, offset, zc, bits, M] = weights[i];
+    require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
+    const int64_t Mb = (M + kRowBlock - 1) / kRowBlock;
+    require(codes.shape(0) == (size_t)(Mb * Kp * kRowBlock * bits / 8), "packed codes have the wrong size");
+    require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "scales have the wrong size");
+    if (offset) require(offset->shape(0) == scale.shape(0), "offsets must match scales");
+    require(ys[i].shape(0) == (size_t)N && ys[i].shape(1) == (size_t)M, "output must be [N, M]");
+    IntJob j;
+    j.w = IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G};
+    j.a = ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G};
+    j.y = ys[i].data();
+    j.ldy = M;
+    j.tok_chunk = N > 64 ? 64 : N;
+    j.n_tok_chunks = (N + j.tok_chunk - 1) / j.tok_chunk;
+    j.k = &active_kernels();
+    m.first_task.push_back(tasks);
+    tasks += Mb * j.n_tok_chunks;
+    m.parts.push_back(j);
+  }
+  nb::gil_scoped_release release;
+  pool_run(tasks, multi_int_task, &m);
 }
 
 void gemm_float(nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>> w, Arr<const float, nb::ndim<2>> x,
@@ -226,6 +279,8 @@ NB_MODULE(_native, m) {
   m.def("gemm_int", &gemm_int, nb::arg("codes"), nb::arg("scale"), nb::arg("offset").none(), nb::arg("zc"),
         nb::arg("bits"), nb::arg("M"), nb::arg("Kp"), nb::arg("group"), nb::arg("q"), nb::arg("sx"),
         nb::arg("sumx"), nb::arg("y"));
+  m.def("gemm_int_multi", &gemm_int_multi, nb::arg("weights"), nb::arg("Kp"), nb::arg("group"), nb::arg("q"),
+        nb::arg("sx"), nb::arg("sumx"), nb::arg("ys"));
   m.def("gemm_float", &gemm_float, nb::arg("w"), nb::arg("x"), nb::arg("y"));
   m.def("bench_int", &bench_int);
   m.def("bench_float", &bench_float);
