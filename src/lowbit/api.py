@@ -85,7 +85,10 @@ def resolve_model_dir(src, format: str = "int4", group_size: int | None = None, 
 def model_from_checkpoint(ck, max_context: int | None = None, format: str | None = None) -> Model:
     """Builds the Model of an open checkpoint (weights as the reader gives them; `format` quantizes floats)."""
     weights = {name: ck.load(name) for name in ck.tensor_names()}
-    return Model.from_weights(ck.config, weights, tokenizer=ck.tokenizer(), max_context=max_context, format=format)
+    config = dict(ck.config)
+    if (getattr(ck, "lowbit", None) or {}).get("tied_embeddings"):
+        config["tie_word_embeddings"] = True  # the converted dir stores lm_head separately; count it once
+    return Model.from_weights(config, weights, tokenizer=ck.tokenizer(), max_context=max_context, format=format)
 
 
 class LLM:

