@@ -1,0 +1,71 @@
+"""The Python API: load / LLM methods on the tiny model dir, and the conversion cache for other sources."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import lowbit
+from lowbit.api import cache_dir_for, cache_root, conversion_settings
+from tests.cli.conftest import make_tokenizer
+
+
+def test_llm_methods(tiny_dir):
+    llm = lowbit.load(tiny_dir)
+    assert isinstance(llm, lowbit.LLM) and llm.path == tiny_dir
+    ids = llm.tokenizer.encode("The quick brown fox")
+    assert llm.logits(ids).shape == (len(ids), llm.tokenizer.vocab_size)
+    text = llm.generate("The quick", max_tokens=10)
+    s = llm.stream("The quick", max_tokens=10)
+    assert "".join(s) == text and llm.last_stats is s.stats and s.stats.generation_tokens >= 1
+    reply = llm.chat([{"role": "user", "content": "hi"}], max_tokens=8)
+    assert isinstance(reply, str)
+    assert llm.chat_prompt([{"role": "user", "content": "hi"}])[0] == llm.tokenizer.token_to_id("<|im_start|>")
+
+
+def write_hf_folder(path):
+    """A tiny HF-style folder: config.json, model.safetensors (float32), tokenizer files."""
+    from safetensors.numpy import save_file
+
+    from lowbit.model.dummy import dummy_weights
+
+    tok = make_tokenizer()
+    cfg = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=tok.vocab_size, max_position_embeddings=128, rms_norm_eps=1e-5,
+               tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+    path.mkdir()
+    save_file(dummy_weights(cfg, seed=1, std=0.2), str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(cfg))
+    tok.save(path)
+    return path
+
+
+def test_conversion_cache(tmp_path, monkeypatch):
+    import sys
+
+    import lowbit.io.convert  # noqa: F401  (lowbit.io re-exports the function under the module's name)
+
+    conv = sys.modules["lowbit.io.convert"]
+    src = write_hf_folder(tmp_path / "hf-tiny")
+    calls = []
+    real = conv.convert
+    monkeypatch.setattr(conv, "convert", lambda *a, **k: calls.append(k) or real(*a, **k))
+    a = lowbit.load(src, format="int8", progress=False)
+    assert calls and calls[0]["format"] == "int8" and a.path.parent == cache_root()
+    b = lowbit.load(src, format="int8", progress=False)
+    assert len(calls) == 1 and b.path == a.path  # converted once
+    np.testing.assert_array_equal(a.logits([3, 4, 5]), b.logits([3, 4, 5]))
+    c = lowbit.load(src, format="f32", progress=False)
+    assert len(calls) == 2 and c.path != a.path and calls[1]["lm_head_format"] == "f32"
+    os.utime(src / "model.safetensors", ns=(1, 1))  # the source changed: a new key
+    assert cache_dir_for(src, **conversion_settings("int8")) != a.path
+
+
+def test_cache_root_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOWBIT_CACHE", str(tmp_path / "c"))
+    assert cache_root() == tmp_path / "c"
+
+
+def test_missing_source():
+    with pytest.raises(FileNotFoundError):
+        lowbit.load("/nonexistent/model.gguf")
