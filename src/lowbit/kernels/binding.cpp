@@ -18,6 +18,8 @@
 #include "bandwidth.h"
 #include "common.h"
 #include "dispatch.h"
+#include "decoder.h"
+#include "linear.h"
 #include "thread_pool.h"
 
 namespace nb = nanobind;
@@ -30,57 +32,6 @@ namespace {
 
 void require(bool ok, const std::string& msg) {
   if (!ok) throw std::invalid_argument(msg);
-}
-
-struct IntJob {
-  IntWeights w;
-  ActQ a;
-  float* y;
-  int64_t ldy, tok_chunk, n_tok_chunks;
-  const KernelTable* k;
-};
-
-void int_task(void* p, int64_t t) {
-  const IntJob& j = *static_cast<const IntJob*>(p);
-  const int64_t blk = t / j.n_tok_chunks, tc = t % j.n_tok_chunks;
-  const int64_t n0 = tc * j.tok_chunk, n1 = std::min(j.a.N, n0 + j.tok_chunk);
-  ActQ a = j.a;
-  a.q += n0 * a.Kp;
-  a.scale += n0 * a.G;
-  a.sum += n0 * a.G;
-  a.N = n1 - n0;
-  j.k->gemm_int(j.w, a, j.y + n0 * j.ldy, j.ldy, blk, blk + 1);
-}
-
-// Several weights reading the same activations (Q/K/V, gate/up): one pool run over all their row blocks,
-// so the threads fork and join once and small matrices (K/V) share the work with large ones.
-struct MultiIntJob {
-  std::vector<IntJob> parts;
-  std::vector<int64_t> first_task;  // prefix sums of tasks per part
-};
-
-void multi_int_task(void* p, int64_t t) {
-  const MultiIntJob& m = *static_cast<const MultiIntJob*>(p);
-  size_t i = std::upper_bound(m.first_task.begin(), m.first_task.end(), t) - m.first_task.begin() - 1;
-  int_task((void*)&m.parts[i], t - m.first_task[i]);
-}
-
-struct FloatJob {
-  FloatWeights w;
-  const float* x;
-  int64_t N;
-  float* y;
-  bool bf16;
-  const KernelTable* k;
-};
-
-constexpr int64_t kFloatBlocksPerTask = 8;
-
-void float_task(void* p, int64_t t) {
-  const FloatJob& j = *static_cast<const FloatJob*>(p);
-  const int64_t nb_total = (j.w.M + kFloatRows - 1) / kFloatRows;
-  const int64_t b0 = t * kFloatBlocksPerTask, b1 = std::min(nb_total, b0 + kFloatBlocksPerTask);
-  (j.bf16 ? j.k->gemm_bf16 : j.k->gemm_f32)(j.w, j.x, j.N, j.y, j.w.M, b0, b1);
 }
 
 void quantize_act(Arr<const float, nb::ndim<2>> x, Arr<int8_t, nb::ndim<2>> q, Arr<float, nb::ndim<2>> scale,
@@ -111,17 +62,11 @@ void gemm_int(Arr<const uint8_t, nb::ndim<1>> codes, Arr<const uint16_t, nb::ndi
   require(sx.shape(0) == (size_t)N && sx.shape(1) == (size_t)G, "activations: scale must be [N, G]");
   require(sumx.shape(0) == (size_t)N && sumx.shape(1) == (size_t)G, "activations: sum must be [N, G]");
   require(y.shape(0) == (size_t)N && y.shape(1) == (size_t)M, "output must be [N, M]");
-  IntJob j;
-  j.w = IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G};
-  j.a = ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G};
-  j.y = y.data();
-  j.ldy = M;
-  // Prefill: split tokens too, so a small M still feeds every thread.
-  j.tok_chunk = N > 64 ? 64 : N;
-  j.n_tok_chunks = (N + j.tok_chunk - 1) / j.tok_chunk;
-  j.k = &active_kernels();
+  const IntJob j = make_int_job(
+      IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G},
+      ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G}, y.data(), &active_kernels());
   nb::gil_scoped_release release;
-  pool_run(Mb * j.n_tok_chunks, int_task, &j);
+  pool_run(j.tasks(), int_task, (void*)&j);
 }
 
 using IntWeightTuple = std::tuple<Arr<const uint8_t, nb::ndim<1>>, Arr<const uint16_t, nb::ndim<1>>,
@@ -139,7 +84,6 @@ void gemm_int_multi(std::vector<IntWeightTuple> weights, int64_t Kp, int64_t gro
   require(sx.shape(0) == (size_t)N && sx.shape(1) == (size_t)G, "activations: scale must be [N, G]");
   require(sumx.shape(0) == (size_t)N && sumx.shape(1) == (size_t)G, "activations: sum must be [N, G]");
   MultiIntJob m;
-  int64_t tasks = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
     auto& [codes, scale, offset, zc, bits, M] = weights[i];
     require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
@@ -148,20 +92,12 @@ void gemm_int_multi(std::vector<IntWeightTuple> weights, int64_t Kp, int64_t gro
     require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "scales have the wrong size");
     if (offset) require(offset->shape(0) == scale.shape(0), "offsets must match scales");
     require(ys[i].shape(0) == (size_t)N && ys[i].shape(1) == (size_t)M, "output must be [N, M]");
-    IntJob j;
-    j.w = IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G};
-    j.a = ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G};
-    j.y = ys[i].data();
-    j.ldy = M;
-    j.tok_chunk = N > 64 ? 64 : N;
-    j.n_tok_chunks = (N + j.tok_chunk - 1) / j.tok_chunk;
-    j.k = &active_kernels();
-    m.first_task.push_back(tasks);
-    tasks += Mb * j.n_tok_chunks;
-    m.parts.push_back(j);
+    m.add(make_int_job(
+        IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G},
+        ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G}, ys[i].data(), &active_kernels()));
   }
   nb::gil_scoped_release release;
-  pool_run(tasks, multi_int_task, &m);
+  pool_run(m.tasks(), multi_int_task, &m);
 }
 
 void gemm_float(nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>> w, Arr<const float, nb::ndim<2>> x,
@@ -172,7 +108,6 @@ void gemm_float(nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>> 
   require(x.shape(1) == (size_t)K, "x must be [N, K]");
   require(y.shape(0) == (size_t)N && y.shape(1) == (size_t)M, "output must be [N, M]");
   FloatJob j{FloatWeights{w.data(), M, K}, x.data(), N, y.data(), bf16, &active_kernels()};
-  const int64_t nblocks = (M + kFloatRows - 1) / kFloatRows;
   nb::gil_scoped_release release;
   std::vector<float> xbuf;
   if (bf16 && j.k->bf16_x_layout) {
@@ -180,7 +115,7 @@ void gemm_float(nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>> 
     j.k->bf16_x_layout(x.data(), N, K, xbuf.data());
     j.x = xbuf.data();
   }
-  pool_run((nblocks + kFloatBlocksPerTask - 1) / kFloatBlocksPerTask, float_task, &j);
+  pool_run(j.tasks(), float_task, &j);
 }
 
 // Benchmark loops: the same pool_run path as gemm_int/gemm_float, called `iters` times over a rotation
@@ -197,20 +132,15 @@ double bench_int(std::vector<std::tuple<Arr<const uint8_t, nb::ndim<1>>, Arr<con
     auto& [codes, scale, offset] = copies[i];
     require(codes.shape(0) == (size_t)(Mb * Kp * kRowBlock * bits / 8), "packed codes have the wrong size");
     require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "scales have the wrong size");
-    IntJob& j = jobs[i];
-    j.w = IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G};
-    j.a = ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G};
-    j.y = y.data();
-    j.ldy = M;
-    j.tok_chunk = N > 64 ? 64 : N;
-    j.n_tok_chunks = (N + j.tok_chunk - 1) / j.tok_chunk;
-    j.k = &active_kernels();
+    jobs[i] = make_int_job(
+        IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G},
+        ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G}, y.data(), &active_kernels());
   }
   nb::gil_scoped_release release;
   const auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < iters; ++it) {
     IntJob& j = jobs[it % jobs.size()];
-    pool_run(Mb * j.n_tok_chunks, int_task, &j);
+    pool_run(j.tasks(), int_task, &j);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -231,12 +161,53 @@ double bench_float(std::vector<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu
     jobs[0].k->bf16_x_layout(x.data(), N, K, xbuf.data());
     for (auto& j : jobs) j.x = xbuf.data();
   }
-  const int64_t M = jobs[0].w.M;
-  const int64_t ntasks = ((M + kFloatRows - 1) / kFloatRows + kFloatBlocksPerTask - 1) / kFloatBlocksPerTask;
+  const int64_t ntasks = jobs[0].tasks();
   nb::gil_scoped_release release;
   const auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < iters; ++it) pool_run(ntasks, float_task, &jobs[it % jobs.size()]);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A projection for the native decoder, from a tuple built by lowbit.model.native:
+//   ("int", codes, scale, offset|None, zc, bits, M, K, Kp, group, bias|None)
+//   ("f32" | "bf16", weight [M, K], bias|None)
+LinearRef linear_from_tuple(nb::handle h) {
+  nb::tuple t = nb::cast<nb::tuple>(h);
+  const std::string kind = nb::cast<std::string>(t[0]);
+  LinearRef L;
+  auto bias = [&](size_t i) -> const float* {
+    if (t[i].is_none()) return nullptr;
+    return nb::cast<Arr<const float, nb::ndim<1>>>(t[i]).data();
+  };
+  if (kind == "int") {
+    auto codes = nb::cast<Arr<const uint8_t, nb::ndim<1>>>(t[1]);
+    auto scale = nb::cast<Arr<const uint16_t, nb::ndim<1>>>(t[2]);
+    const uint16_t* offset = t[3].is_none() ? nullptr : nb::cast<Arr<const uint16_t, nb::ndim<1>>>(t[3]).data();
+    const float zc = nb::cast<float>(t[4]);
+    const int bits = nb::cast<int>(t[5]);
+    const int64_t M = nb::cast<int64_t>(t[6]), K = nb::cast<int64_t>(t[7]), Kp = nb::cast<int64_t>(t[8]);
+    const int64_t group = nb::cast<int64_t>(t[9]);
+    const int64_t Mb = (M + kRowBlock - 1) / kRowBlock, G = (Kp + group - 1) / group;
+    require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
+    require(codes.shape(0) == (size_t)(Mb * Kp * kRowBlock * bits / 8), "packed codes have the wrong size");
+    require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "scales have the wrong size");
+    L.kind = 0;
+    L.iw = IntWeights{codes.data(), scale.data(), offset, zc, bits, M, Kp, group, Mb, G};
+    L.M = M;
+    L.K = K;
+    L.bias = bias(10);
+  } else if (kind == "f32" || kind == "bf16") {
+    auto w = nb::cast<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>>>(t[1]);
+    require(w.dtype() == (kind == "f32" ? nb::dtype<float>() : nb::dtype<uint16_t>()), "float weight dtype mismatch");
+    L.kind = kind == "f32" ? 1 : 2;
+    L.M = w.shape(0);
+    L.K = w.shape(1);
+    L.fw = FloatWeights{w.data(), L.M, L.K};
+    L.bias = bias(2);
+  } else {
+    throw std::invalid_argument("unknown linear kind " + kind);
+  }
+  return L;
 }
 
 nb::dict cpu_info() {
@@ -267,7 +238,64 @@ double bandwidth(Arr<const uint8_t, nb::ndim<1>> buf, int passes) {
 
 }  // namespace
 
+void bind_decoder(nb::module_& m) {
+  using F1 = Arr<const float, nb::ndim<1>>;
+  using F2 = Arr<const float, nb::ndim<2>>;
+  using C3 = Arr<float, nb::ndim<3>>;
+  nb::class_<Decoder>(m, "Decoder")
+      .def("__init__",
+           [](Decoder* d, int64_t hidden, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t inter, int64_t max_ctx,
+              float eps, int act, F2 rope_c, F2 rope_s) {
+             require(n_heads % n_kv == 0, "heads must be a multiple of kv heads");
+             require(hd % 2 == 0, "head_dim must be even");
+             require(rope_c.shape(0) >= (size_t)max_ctx && rope_c.shape(1) == (size_t)hd, "rope C must be [max_ctx, hd]");
+             require(rope_s.shape(0) >= (size_t)max_ctx && rope_s.shape(1) == (size_t)hd, "rope S must be [max_ctx, hd]");
+             new (d) Decoder(DecoderShape{hidden, n_heads, n_kv, hd, inter, max_ctx, eps, act}, rope_c.data(), rope_s.data());
+           })
+      .def("add_layer",
+           [](Decoder& d, nb::tuple lins, F1 ln1, F1 ln2, std::optional<F1> attn_sub, std::optional<F1> ffn_sub, C3 kc,
+              C3 vc) {
+             const DecoderShape& s = d.shape();
+             require(lins.size() == 7, "add_layer takes (q, k, v, o, gate, up, down)");
+             DecoderLayer L;
+             LinearRef* refs[7] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+             for (size_t i = 0; i < 7; ++i) *refs[i] = linear_from_tuple(lins[i]);
+             require(L.q.M == s.n_heads * s.hd && L.q.K == s.hidden, "q_proj shape");
+             require(L.k.M == s.n_kv * s.hd && L.v.M == s.n_kv * s.hd, "k/v_proj shape");
+             require(L.o.M == s.hidden && L.o.K == s.n_heads * s.hd, "o_proj shape");
+             require(L.gate.M == s.inter && L.up.M == s.inter && L.down.K == s.inter && L.down.M == s.hidden, "mlp shape");
+             require(ln1.shape(0) == (size_t)s.hidden && ln2.shape(0) == (size_t)s.hidden, "norm shape");
+             require(kc.shape(0) == (size_t)s.n_kv && kc.shape(1) == (size_t)s.max_ctx && kc.shape(2) == (size_t)s.hd,
+                     "k cache must be [kv_heads, max_ctx, hd]");
+             require(vc.shape(0) == kc.shape(0) && vc.shape(1) == kc.shape(1) && vc.shape(2) == kc.shape(2), "v cache shape");
+             L.ln1 = ln1.data();
+             L.ln2 = ln2.data();
+             L.attn_sub = attn_sub ? attn_sub->data() : nullptr;
+             L.ffn_sub = ffn_sub ? ffn_sub->data() : nullptr;
+             L.kc = kc.data();
+             L.vc = vc.data();
+             d.add_layer(L);
+           },
+           nb::arg("linears"), nb::arg("ln1"), nb::arg("ln2"), nb::arg("attn_sub").none(), nb::arg("ffn_sub").none(),
+           nb::arg("kc"), nb::arg("vc"))
+      .def("set_output",
+           [](Decoder& d, F1 norm, nb::handle head) {
+             require(norm.shape(0) == (size_t)d.shape().hidden, "final norm shape");
+             LinearRef h = linear_from_tuple(head);
+             require(h.K == d.shape().hidden, "lm_head shape");
+             d.set_output(norm.data(), h);
+           })
+      .def("decode",
+           [](Decoder& d, Arr<float, nb::ndim<1>> x, int64_t pos, Arr<float, nb::ndim<1>> logits) {
+             require(x.shape(0) == (size_t)d.shape().hidden, "x must be [hidden]");
+             require(pos >= 0 && pos < d.shape().max_ctx, "position outside the cache");
+             nb::gil_scoped_release release;
+             d.decode(x.data(), pos, logits.data());
+           });
+}
+
 NB_MODULE(_native, m) {
+  bind_decoder(m);
   m.doc() = "lowbit's C++ kernels: packed low-bit GEMV/GEMM, activation quantization, thread pool";
   m.def("set_isa", &select_isa, nb::arg("name"));
   m.def("isa", [] { return selected_isa(); });

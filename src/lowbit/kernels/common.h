@@ -50,6 +50,14 @@ struct FloatWeights {
   int64_t M, K;
 };
 
+// Vector ops of the decoder (ops.inc), compiled once per ISA level.
+struct OpsTable {
+  void (*quantize_row)(const float* x, int64_t K, int64_t Kp, int64_t group, int8_t* q, float* scale, int32_t* sum);
+  void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* out);
+  void (*attn_head)(const float* q, const float* K, const float* V, int64_t t, int64_t hd, float* scores, float* out);
+  void (*act_mul)(float* g, const float* u, int64_t n, int act);
+};
+
 // One ISA's kernels. Each processes row blocks [b0, b1) for all N tokens; y is [N][ldy].
 // For float formats a "block" is kFloatRows rows.
 constexpr int kFloatRows = 8;
@@ -63,6 +71,7 @@ struct KernelTable {
   // Optional: rearranges x [N][K] into the layout gemm_bf16 reads (returns floats per row), or nullptr.
   int64_t (*bf16_x_layout)(const float* x, int64_t N, int64_t K, float* out);
   int64_t (*bf16_x_stride)(int64_t K);
+  OpsTable ops;
 };
 
 constexpr int kPrefetchBytes = 4096;  // software prefetch distance of the weight streams

@@ -8,6 +8,10 @@
 
 #include "common.h"
 
+#define LOWBIT_OPS_NS ops_avx512
+#include "ops.inc"
+#undef LOWBIT_OPS_NS
+
 namespace lowbit {
 namespace {
 
@@ -323,7 +327,7 @@ uint64_t read_avx512(const uint8_t* p, int64_t n) {
 
 const KernelTable& kernels_avx512() {
   static const KernelTable t{"avx512", gemm_int_avx512, gemm_float_avx512<float>, gemm_float_avx512<uint16_t>, read_avx512,
-                             bf16_x_layout, bf16_x_stride};
+                             bf16_x_layout, bf16_x_stride, ops_avx512::table()};
   return t;
 }
 
@@ -334,4 +338,5 @@ const KernelTable& kernels_avx512() {
 #define LOWBIT_AVX256_DOT(acc, u8, s8) _mm256_dpbusd_epi32(acc, u8, s8)
 #define LOWBIT_AVX256_NAME "avxvnni(evex)"
 #define LOWBIT_AVX256_TABLE kernels_avxvnni_evex
+#define LOWBIT_OPS_NS ops_avxvnni_evex
 #include "kernels_avx256.inc"

@@ -4,6 +4,9 @@
 
 #include "common.h"
 
+#define LOWBIT_OPS_NS ops_scalar
+#include "ops.inc"
+
 namespace lowbit {
 namespace {
 
@@ -77,7 +80,8 @@ uint64_t read_scalar(const uint8_t* p, int64_t n) {
 
 const KernelTable& kernels_scalar() {
   static const KernelTable t{"scalar", gemm_int_scalar, gemm_float_scalar<float, ident>,
-                             gemm_float_scalar<uint16_t, bf16_to_f32>, read_scalar, nullptr, nullptr};
+                             gemm_float_scalar<uint16_t, bf16_to_f32>, read_scalar, nullptr, nullptr,
+                             ops_scalar::table()};
   return t;
 }
 

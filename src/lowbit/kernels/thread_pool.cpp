@@ -19,7 +19,9 @@
 namespace lowbit {
 namespace {
 
-constexpr int kSpinIters = 1 << 16;  // ~100-200 us of spinning before a worker sleeps
+constexpr int kSpinIters = 1 << 16;   // ~100-200 us of spinning before a worker sleeps
+constexpr int kPauseIters = 1 << 11;  // then yield between pauses: on an oversubscribed machine (other
+                                      // processes on our cores) a descheduled thread must get to run
 
 struct Pool {
   std::vector<std::thread> workers;
@@ -45,7 +47,11 @@ struct Pool {
       uint64_t g;
       int spins = 0;
       while ((g = generation.load(std::memory_order_acquire)) == seen) {
-        if (++spins < kSpinIters) { LOWBIT_PAUSE(); continue; }
+        if (++spins < kSpinIters) {
+          if (spins < kPauseIters) LOWBIT_PAUSE();
+          else std::this_thread::yield();
+          continue;
+        }
         std::unique_lock<std::mutex> lock(mu);
         sleeping.fetch_add(1);
         cv.wait(lock, [&] { return generation.load() != seen; });
@@ -86,7 +92,10 @@ struct Pool {
     generation.fetch_add(1);  // seq_cst: pairs with the sleeping counter (no lost wake-up)
     if (sleeping.load() > 0) { std::lock_guard<std::mutex> lock(mu); cv.notify_all(); }
     drain();
-    while (active.load(std::memory_order_acquire) > 0) LOWBIT_PAUSE();
+    for (int spins = 0; active.load(std::memory_order_acquire) > 0; ++spins) {
+      if (spins < kPauseIters) LOWBIT_PAUSE();
+      else std::this_thread::yield();
+    }
   }
 
   ~Pool() { shutdown(); }

@@ -1,0 +1,112 @@
+#include "decoder.h"
+
+#include <cmath>
+
+#include "dispatch.h"
+#include "thread_pool.h"
+
+namespace lowbit {
+
+Decoder::Decoder(const DecoderShape& shape, const float* rope_c, const float* rope_s)
+    : s_(shape), C_(rope_c), S_(rope_s) {
+  xn_.resize(s_.hidden);
+  q_.resize(s_.n_heads * s_.hd);
+  k_.resize(s_.n_kv * s_.hd);
+  v_.resize(s_.n_kv * s_.hd);
+  att_.resize(s_.n_heads * s_.hd);
+  g_.resize(s_.inter);
+  u_.resize(s_.inter);
+  tmp_.resize(s_.hidden);
+  scores_.resize(s_.n_heads * s_.max_ctx);
+}
+
+namespace {
+
+// HF rotate_half RoPE on `heads` vectors of hd: x*C + [x2, x1]*S, C/S rows of this position.
+void rope(float* x, int64_t heads, int64_t hd, const float* C, const float* S) {
+  const int64_t h = hd / 2;
+  for (int64_t i = 0; i < heads; ++i) {
+    float* v = x + i * hd;
+    for (int64_t d = 0; d < h; ++d) {
+      const float a = v[d], b = v[d + h];
+      v[d] = a * C[d] + b * S[d];
+      v[d + h] = b * C[d + h] + a * S[d + h];
+    }
+  }
+}
+
+struct AttnCtx {
+  const Decoder* dec;
+  const float *q, *kc, *vc;
+  float *out, *scores;
+  int64_t t, hd, group, max_ctx;
+  const OpsTable* ops;
+};
+
+void attn_task(void* p, int64_t h) {
+  const AttnCtx& c = *static_cast<const AttnCtx*>(p);
+  const int64_t kvh = h / c.group;
+  c.ops->attn_head(c.q + h * c.hd, c.kc + kvh * c.max_ctx * c.hd, c.vc + kvh * c.max_ctx * c.hd, c.t, c.hd,
+                   c.scores + h * c.max_ctx, c.out + h * c.hd);
+}
+
+}  // namespace
+
+void Decoder::attention(const DecoderLayer& L, int64_t t) {
+  AttnCtx c{this, q_.data(), L.kc, L.vc, att_.data(), scores_.data(), t, s_.hd, s_.n_heads / s_.n_kv, s_.max_ctx,
+            &active_kernels().ops};
+  pool_run(s_.n_heads, attn_task, &c);
+}
+
+void Decoder::decode(float* x, int64_t pos, float* logits) {
+  const OpsTable& ops = active_kernels().ops;
+  const int64_t H = s_.hidden, hd = s_.hd;
+  const float* C = C_ + pos * hd;
+  const float* S = S_ + pos * hd;
+  const float qscale = 1.f / std::sqrt((float)hd);
+  for (const DecoderLayer& L : layers_) {
+    // attention
+    ops.rmsnorm(x, L.ln1, H, s_.eps, xn_.data());
+    {
+      const LinearRef* lins[3] = {&L.q, &L.k, &L.v};
+      float* ys[3] = {q_.data(), k_.data(), v_.data()};
+      run_linears(lins, ys, 3, xn_.data(), 1, act_);
+    }
+    rope(q_.data(), s_.n_heads, hd, C, S);
+    rope(k_.data(), s_.n_kv, hd, C, S);
+    for (float& v : q_) v *= qscale;
+    for (int64_t h = 0; h < s_.n_kv; ++h) {
+      std::copy(k_.data() + h * hd, k_.data() + (h + 1) * hd, L.kc + (h * s_.max_ctx + pos) * hd);
+      std::copy(v_.data() + h * hd, v_.data() + (h + 1) * hd, L.vc + (h * s_.max_ctx + pos) * hd);
+    }
+    attention(L, pos + 1);
+    if (L.attn_sub) ops.rmsnorm(att_.data(), L.attn_sub, (int64_t)att_.size(), s_.eps, att_.data());
+    {
+      const LinearRef* lins[1] = {&L.o};
+      float* ys[1] = {tmp_.data()};
+      run_linears(lins, ys, 1, att_.data(), 1, act_);
+    }
+    for (int64_t i = 0; i < H; ++i) x[i] += tmp_[i];
+    // MLP
+    ops.rmsnorm(x, L.ln2, H, s_.eps, xn_.data());
+    {
+      const LinearRef* lins[2] = {&L.gate, &L.up};
+      float* ys[2] = {g_.data(), u_.data()};
+      run_linears(lins, ys, 2, xn_.data(), 1, act_);
+    }
+    ops.act_mul(g_.data(), u_.data(), s_.inter, s_.act);
+    if (L.ffn_sub) ops.rmsnorm(g_.data(), L.ffn_sub, s_.inter, s_.eps, g_.data());
+    {
+      const LinearRef* lins[1] = {&L.down};
+      float* ys[1] = {tmp_.data()};
+      run_linears(lins, ys, 1, g_.data(), 1, act_);
+    }
+    for (int64_t i = 0; i < H; ++i) x[i] += tmp_[i];
+  }
+  ops.rmsnorm(x, norm_, H, s_.eps, xn_.data());
+  const LinearRef* lins[1] = {&head_};
+  float* ys[1] = {logits};
+  run_linears(lins, ys, 1, xn_.data(), 1, act_);
+}
+
+}  // namespace lowbit

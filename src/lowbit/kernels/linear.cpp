@@ -1,0 +1,103 @@
+#include "linear.h"
+
+#include <algorithm>
+
+#include "dispatch.h"
+#include "thread_pool.h"
+
+namespace lowbit {
+
+namespace {
+constexpr int64_t kFloatBlocksPerTask = 8;
+constexpr int64_t kTokChunk = 64;  // prefill: tokens per task, so a small M still feeds every thread
+}  // namespace
+
+IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTable* k) {
+  IntJob j;
+  j.w = w;
+  j.a = a;
+  j.y = y;
+  j.ldy = w.M;
+  j.tok_chunk = a.N > kTokChunk ? kTokChunk : std::max<int64_t>(a.N, 1);
+  j.n_tok_chunks = (a.N + j.tok_chunk - 1) / j.tok_chunk;
+  j.k = k;
+  return j;
+}
+
+void int_task(void* p, int64_t t) {
+  const IntJob& j = *static_cast<const IntJob*>(p);
+  const int64_t blk = t / j.n_tok_chunks, tc = t % j.n_tok_chunks;
+  const int64_t n0 = tc * j.tok_chunk, n1 = std::min(j.a.N, n0 + j.tok_chunk);
+  ActQ a = j.a;
+  a.q += n0 * a.Kp;
+  a.scale += n0 * a.G;
+  a.sum += n0 * a.G;
+  a.N = n1 - n0;
+  j.k->gemm_int(j.w, a, j.y + n0 * j.ldy, j.ldy, blk, blk + 1);
+}
+
+void MultiIntJob::add(const IntJob& j) {
+  first_task.push_back(tasks());
+  parts.push_back(j);
+}
+
+int64_t MultiIntJob::tasks() const { return parts.empty() ? 0 : first_task.back() + parts.back().tasks(); }
+
+void multi_int_task(void* p, int64_t t) {
+  const MultiIntJob& m = *static_cast<const MultiIntJob*>(p);
+  const size_t i = std::upper_bound(m.first_task.begin(), m.first_task.end(), t) - m.first_task.begin() - 1;
+  int_task((void*)&m.parts[i], t - m.first_task[i]);
+}
+
+int64_t FloatJob::tasks() const {
+  const int64_t nblocks = (w.M + kFloatRows - 1) / kFloatRows;
+  return (nblocks + kFloatBlocksPerTask - 1) / kFloatBlocksPerTask;
+}
+
+void float_task(void* p, int64_t t) {
+  const FloatJob& j = *static_cast<const FloatJob*>(p);
+  const int64_t nb_total = (j.w.M + kFloatRows - 1) / kFloatRows;
+  const int64_t b0 = t * kFloatBlocksPerTask, b1 = std::min(nb_total, b0 + kFloatBlocksPerTask);
+  (j.bf16 ? j.k->gemm_bf16 : j.k->gemm_f32)(j.w, j.x, j.N, j.y, j.w.M, b0, b1);
+}
+
+void run_linears(const LinearRef* const* lins, float* const* ys, int n, const float* x, int64_t N, ActScratch& s) {
+  const KernelTable* k = &active_kernels();
+  std::vector<bool> done(n, false);
+  for (int i = 0; i < n; ++i) {
+    if (done[i]) continue;
+    const LinearRef& L = *lins[i];
+    if (L.kind == 0) {
+      const int64_t Kp = L.iw.Kp, group = L.iw.group, G = L.iw.G;
+      s.q.resize(N * Kp);
+      s.scale.resize(N * G);
+      s.sum.resize(N * G);
+      for (int64_t t = 0; t < N; ++t)
+        k->ops.quantize_row(x + t * L.K, L.K, Kp, group, s.q.data() + t * Kp, s.scale.data() + t * G, s.sum.data() + t * G);
+      const ActQ a{s.q.data(), s.scale.data(), s.sum.data(), N, Kp, group, G};
+      MultiIntJob m;
+      for (int j = i; j < n; ++j) {
+        const LinearRef& J = *lins[j];
+        if (done[j] || J.kind != 0 || J.iw.Kp != Kp || J.iw.group != group || J.K != L.K) continue;
+        m.add(make_int_job(J.iw, a, ys[j], k));
+        done[j] = true;
+      }
+      pool_run(m.tasks(), multi_int_task, &m);
+    } else {
+      FloatJob j{L.fw, x, N, ys[i], L.kind == 2, k};
+      if (j.bf16 && k->bf16_x_layout) {
+        s.xf.resize(N * k->bf16_x_stride(L.K));
+        k->bf16_x_layout(x, N, L.K, s.xf.data());
+        j.x = s.xf.data();
+      }
+      pool_run(j.tasks(), float_task, &j);
+      done[i] = true;
+    }
+  }
+  for (int i = 0; i < n; ++i)
+    if (lins[i]->bias)
+      for (int64_t t = 0; t < N; ++t)
+        for (int64_t m = 0; m < lins[i]->M; ++m) ys[i][t * lins[i]->M + m] += lins[i]->bias[m];
+}
+
+}  // namespace lowbit

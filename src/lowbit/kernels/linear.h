@@ -1,0 +1,62 @@
+// Running projections on the thread pool: jobs over row blocks (and token chunks for prefill), used by
+// the Python binding and by the native decoder.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common.h"
+
+namespace lowbit {
+
+struct IntJob {
+  IntWeights w;
+  ActQ a;
+  float* y;
+  int64_t ldy, tok_chunk, n_tok_chunks;
+  const KernelTable* k;
+  int64_t tasks() const { return w.Mb * n_tok_chunks; }
+};
+IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTable* k);
+void int_task(void* p, int64_t t);
+
+// Several integer jobs on the same activations in one pool run (one fork/join).
+struct MultiIntJob {
+  std::vector<IntJob> parts;
+  std::vector<int64_t> first_task;
+  void add(const IntJob& j);
+  int64_t tasks() const;
+};
+void multi_int_task(void* p, int64_t t);
+
+struct FloatJob {
+  FloatWeights w;
+  const float* x;  // [N][K], or the ISA's bf16 layout
+  int64_t N;
+  float* y;
+  bool bf16;
+  const KernelTable* k;
+  int64_t tasks() const;
+};
+void float_task(void* p, int64_t t);
+
+// A projection as the decoder holds it.
+struct LinearRef {
+  int kind = 0;  // 0 integer codes, 1 f32, 2 bf16
+  IntWeights iw{};
+  FloatWeights fw{};
+  const float* bias = nullptr;  // [M] or null
+  int64_t M = 0, K = 0;
+};
+
+// Scratch for one input: its int8 quantization (per Kp/group) and the bf16 x layout.
+struct ActScratch {
+  std::vector<int8_t> q;
+  std::vector<float> scale, xf;
+  std::vector<int32_t> sum;
+};
+
+// ys[i] [N][M_i] = x [N][K] . W_i^T (+ b_i) for projections sharing x. Integer ones with the same Kp/group
+// run in one pool run on one quantization of x.
+void run_linears(const LinearRef* const* lins, float* const* ys, int n, const float* x, int64_t N, ActScratch& s);
+
+}  // namespace lowbit

@@ -1,0 +1,70 @@
+"""The native decode step: the whole decoder stack of one token in one C++ call (kernels/decoder.cpp).
+
+    dec = NativeDecoder.build(model)     # None when a weight's format has no native path
+    logits = dec.decode(x, pos)          # x: float32 [hidden] embedding -> float32 [vocab]
+
+It reads the same packed weights, norms, RoPE tables and static KV cache as the Python model, which
+remains the reference (tests compare the two) and keeps prefill.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lowbit import _native
+from lowbit.formats.floats import BF16Weight, F32Weight
+from lowbit.formats.intcodes import IntCodeWeight
+
+ACTS = {"silu": 0, "swish": 0, "relu2": 1}
+
+
+def linear_tuple(lin):
+    """The tuple the C++ decoder takes for a Linear, or None if its format has no native path."""
+    w, b = lin.weight, lin.bias
+    if isinstance(w, IntCodeWeight):
+        return ("int", w.codes, w._scale_u16, w._offset_u16, float(w.zc or 0.0), w.bits, w.shape[0], w.shape[1],
+                w.kp, w.group, b)
+    if isinstance(w, F32Weight):
+        return ("f32", np.ascontiguousarray(w.w, np.float32), b)
+    if isinstance(w, BF16Weight):
+        return ("bf16", w.w, b)
+    return None
+
+
+class NativeDecoder:
+    def __init__(self, dec, vocab: int, keep: list):
+        self._dec = dec
+        self._keep = keep  # the arrays the C++ side points into
+        self.vocab = vocab
+
+    @classmethod
+    def build(cls, model) -> "NativeDecoder | None":
+        a = model.args
+        act = ACTS.get(a.hidden_act)
+        if act is None:
+            return None
+        layers = []
+        for blk in model.layers:
+            lins = [linear_tuple(getattr(blk, n)) for n in ("q", "k", "v", "o", "gate", "up", "down")]
+            if any(t is None for t in lins):
+                return None
+            layers.append((tuple(lins), blk))
+        head = linear_tuple(model.lm_head)
+        if head is None:
+            return None
+        rope = model.rope
+        C = np.ascontiguousarray(rope.C, np.float32)
+        S = np.ascontiguousarray(rope.S, np.float32)
+        dec = _native.Decoder(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
+                              a.intermediate_size, model.cache.max_ctx, float(a.rms_norm_eps), act, C, S)
+        keep = [C, S, head]
+        for lins, blk in layers:
+            dec.add_layer(lins, blk.ln1, blk.ln2, blk.attn_sub, blk.ffn_sub, blk.kc, blk.vc)
+            keep.append(lins)
+        dec.set_output(model.norm, head)
+        return cls(dec, model.lm_head.shape[0], keep)
+
+    def decode(self, x: np.ndarray, pos: int) -> np.ndarray:
+        """x: float32 [hidden] (the token's embedding, overwritten) at position pos -> logits float32 [vocab]."""
+        logits = np.empty(self.vocab, np.float32)
+        self._dec.decode(x, pos, logits)
+        return logits
