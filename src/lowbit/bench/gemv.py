@@ -104,7 +104,8 @@ def _copy(pw):
     return type(pw).from_state(meta, {k: memory.copy(v) for k, v in tensors.items()})
 
 
-def in_cache_rate(fmt: str, threads: int = 1, target_bytes: int = 512 << 10, k: int = 4096) -> dict:
+def in_cache_rate(fmt: str, threads: int = 1, target_bytes: int = 512 << 10, k: int = 4096,
+                  min_time: float = 0.25) -> dict:
     """GB/s of packed weights on a matrix that stays in L2 (the paper's B/gamma: decode-and-compute speed)."""
     rng = np.random.default_rng(1)
     probe = random_weight(fmt, 64, k, rng)
@@ -113,13 +114,14 @@ def in_cache_rate(fmt: str, threads: int = 1, target_bytes: int = 512 << 10, k: 
     before = lowbit.get_threads()
     lowbit.set_threads(threads)
     try:
-        t = time_matmul(pw, 1, rotate_bytes=0, rng=rng)["seconds"]
+        t = time_matmul(pw, 1, rotate_bytes=0, min_time=min_time, rng=rng)["seconds"]
     finally:
         lowbit.set_threads(before)
     return {"format": fmt, "threads": threads, "shape": [m, k], "gbps": pw.nbytes / t / 1e9}
 
 
-def run(models=None, formats=None, threads: int | None = None, n_tokens: int = 1, progress=print) -> dict:
+def run(models=None, formats=None, threads: int | None = None, n_tokens: int = 1, progress=print,
+        rotate_bytes: int | None = None, min_time: float = 0.25, bandwidth_bytes: int = bandwidth.DEFAULT_BYTES) -> dict:
     """The full GEMV (or GEMM, n_tokens > 1) table for the given models' shapes."""
     models = models or GEMV_MODELS
     formats = formats or FORMATS
@@ -127,15 +129,16 @@ def run(models=None, formats=None, threads: int | None = None, n_tokens: int = 1
     lowbit.set_threads(threads)
     rng = np.random.default_rng(0)
     progress(f"measuring read bandwidth with {threads} thread(s) ...")
-    bw = bandwidth.measure(threads)
-    bw1 = bandwidth.measure(1) if threads != 1 else bw
+    bw = bandwidth.measure(threads, nbytes=bandwidth_bytes)
+    bw1 = bandwidth.measure(1, nbytes=bandwidth_bytes) if threads != 1 else bw
+    rotate = ROTATE_L3_FACTOR * l3_bytes() if rotate_bytes is None else rotate_bytes
     rows = []
     for model in models:
         for m, k in linear_shapes(MODEL_SHAPES[model]):
             base = None
             for fmt in formats:
                 pw = random_weight(fmt, m, k, rng)
-                r = time_matmul(pw, n_tokens, rng=rng)
+                r = time_matmul(pw, n_tokens, rotate_bytes=rotate, min_time=min_time, rng=rng)
                 t = r["seconds"]
                 row = {"model": model, "M": m, "K": k, "format": fmt, "bpw": pw.bits_per_weight, "bytes": pw.nbytes,
                        "us": t * 1e6, "gbps": pw.nbytes / t / 1e9, "copies": r["copies"],
@@ -146,8 +149,8 @@ def run(models=None, formats=None, threads: int | None = None, n_tokens: int = 1
                 row["speedup_vs_bf16"] = base / t if base else None
                 rows.append(row)
                 progress(f"  {model:15s} {m:6d}x{k:<6d} {fmt:8s} {row['us']:9.1f} us  {row['gbps']:6.1f} GB/s")
-    cache = [in_cache_rate(f, 1) for f in formats]
+    cache = [in_cache_rate(f, 1, min_time=min_time) for f in formats]
     return {"threads": threads, "n_tokens": n_tokens, "isa": lowbit.cpu_info()["isa"], "bandwidth": bw,
             "bandwidth_1thread": bw1, "pool_overhead_us": _native.pool_overhead(20000) * 1e6,
-            "rotate_bytes": ROTATE_L3_FACTOR * l3_bytes(), "l3_bytes": l3_bytes(), "rows": rows, "in_cache": cache,
+            "rotate_bytes": rotate, "l3_bytes": l3_bytes(), "rows": rows, "in_cache": cache,
             "timestamp": time.strftime("%Y-%m-%d %H:%M:%S")}

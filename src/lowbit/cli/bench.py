@@ -28,6 +28,10 @@ def add_parser(sub) -> None:
     g.add_argument("--formats", default=None, help="comma-separated formats (default bf16,int8,int4,int2,ternary,binary)")
     g.add_argument("-n", "--batch", type=int, default=1, help="tokens per call: 1 = GEMV (decode), e.g. 128 = GEMM (prefill)")
     g.add_argument("--plot", metavar="FILE.png", default=None, help="draw GB/s per shape and format with the bandwidth line")
+    g.add_argument("--rotate-mb", type=int, default=None,
+                   help="MiB of weight copies each measurement cycles through (default 8x the L3)")
+    g.add_argument("--min-time", type=float, default=0.25, help="seconds per timed run (default 0.25; 5 runs, median)")
+    g.add_argument("--bandwidth-mb", type=int, default=1024, help="buffer for the bandwidth roof (default 1024 MiB)")
     g.add_argument("--json", action="store_true", help="print JSON instead of a table")
     g.set_defaults(func=main_gemv)
 
@@ -75,7 +79,9 @@ def main_gemv(args) -> int:
             raise ValueError(f"unknown model shape {m!r}; known: {', '.join(MODEL_SHAPES)}")
     quiet = args.json
     res = gemv.run(models, formats, _threads(args), args.batch,
-                   progress=(lambda s: None) if quiet else (lambda s: print(s, file=sys.stderr)))
+                   progress=(lambda s: None) if quiet else (lambda s: print(s, file=sys.stderr)),
+                   rotate_bytes=None if args.rotate_mb is None else args.rotate_mb << 20, min_time=args.min_time,
+                   bandwidth_bytes=args.bandwidth_mb << 20)
     if args.plot:
         from lowbit.bench.plot import plot_gemv
         res["plot"] = str(plot_gemv(res, args.plot))

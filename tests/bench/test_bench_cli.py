@@ -1,0 +1,61 @@
+"""The benchmark verbs run and report what they promise (speed itself is measured by `lowbit bench`,
+never asserted in tests)."""
+import json
+
+import numpy as np
+
+from lowbit.bench.gemv import random_weight, time_matmul
+from lowbit.cli import main
+
+
+def test_bandwidth_json(capsys):
+    assert main(["bench", "bandwidth", "--size-mb", "16", "-t", "2", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [r["threads"] for r in res] == [1, 2]
+    assert all(r["gbps"] > 0 and r["bytes"] == 16 << 20 for r in res)
+
+
+def test_gemv_table_and_plot(tmp_path, capsys):
+    plot = tmp_path / "gemv.png"
+    args = ["bench", "gemv", "--models", "mobilellm-1.5b", "--formats", "bf16,ternary", "-t", "1",
+            "--rotate-mb", "8", "--min-time", "0.01", "--bandwidth-mb", "16", "--plot", str(plot)]
+    assert main(args + ["--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    shapes = {(r["M"], r["K"]) for r in res["rows"]}
+    assert shapes == {(1600, 1600), (320, 1600), (4352, 1600), (1600, 4352)}
+    for r in res["rows"]:
+        assert r["us"] > 0 and r["gbps"] > 0 and 0 < r["bw_fraction"]
+        assert (r["speedup_vs_bf16"] == 1.0) == (r["format"] == "bf16")
+        assert r["copies"] >= 1
+    assert {c["format"] for c in res["in_cache"]} == {"bf16", "ternary"}
+    assert plot.stat().st_size > 1000 and res["plot"] == str(plot)
+    assert main(args[:-2]) == 0
+    out = capsys.readouterr().out
+    assert "x bf16" in out and "in-cache throughput" in out and "fork/join" in out
+
+
+def test_gemm_mode_reports_ops(capsys):
+    assert main(["bench", "gemv", "--models", "mobilellm-1.5b", "--formats", "int4", "-n", "8", "-t", "1",
+                 "--rotate-mb", "4", "--min-time", "0.01", "--bandwidth-mb", "16", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["n_tokens"] == 8 and all(r["gops"] > 0 for r in res["rows"])
+
+
+def test_rotation_uses_distinct_copies():
+    pw = random_weight("ternary", 256, 1024, np.random.default_rng(0))
+    r = time_matmul(pw, 1, rotate_bytes=4 * pw.nbytes, min_time=0.001, repeats=1)
+    assert r["copies"] == 4
+
+
+def test_e2e_shape_json(capsys):
+    assert main(["bench", "e2e", "--shape", "bitnet-0.7b", "--layers", "1", "-p", "8", "-n", "4", "-r", "1",
+                 "-t", "1", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    b = res["bytes_per_token"]
+    assert b["total"] == b["blocks"] + b["lm_head"] + b["kv_cache"] and b["lm_head"] == 32000 * 1536 + 500 * 64 * 2
+    assert res["tg_tps"] > 0 and res["pp_tps"] > 0 and 0 < res["roofline_fraction"]
+
+
+def test_bad_arguments_fail_clearly(capsys):
+    assert main(["bench", "gemv", "--models", "gpt5"]) == 1
+    assert "unknown model shape 'gpt5'" in capsys.readouterr().err
