@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from lowbit.formats import Activations, PackedWeight
+from lowbit.formats import Activations, PackedWeight, matmul_many
 from lowbit.model.config import ModelArgs
 from lowbit.model.kv_cache import KVCache
 from lowbit.model.layers import ACTIVATIONS, Embedding, Linear, Rope, as_packed, rms_norm
@@ -30,6 +30,16 @@ def _softmax_(s: np.ndarray) -> np.ndarray:
     np.exp(s, out=s)
     s /= s.sum(axis=-1, keepdims=True)
     return s
+
+
+def project(lins: tuple[Linear, ...], x: np.ndarray) -> list[np.ndarray]:
+    """[lin(x) for lin in lins] for projections reading the same x: [n, in]; the input is quantized once
+    and, for integer formats, all of them run in one native call (one thread fork/join)."""
+    ys = matmul_many([lin.weight for lin in lins], Activations(x))
+    for y, lin in zip(ys, lins):
+        if lin.bias is not None:
+            y += lin.bias
+    return ys
 
 
 class Block:
@@ -54,6 +64,8 @@ class Block:
         self.gate = lin(p + "mlp.gate_proj")  # [inter, hidden]
         self.up = lin(p + "mlp.up_proj")  # [inter, hidden]
         self.down = lin(p + "mlp.down_proj")  # [hidden, inter]
+        self.qkv = (self.q, self.k, self.v)  # read one input: one native call, one int8 quantization
+        self.gate_up = (self.gate, self.up)
         self.attn_sub = self.ffn_sub = None
         if model.sub_norms:
             self.attn_sub = model.norm_weight(get(p + "self_attn.attn_sub_norm.weight"))  # [heads*hd]
@@ -63,9 +75,9 @@ class Block:
 
     def _mlp(self, x: np.ndarray) -> np.ndarray:
         """x: [n, hidden] (residual stream, updated in place)."""
-        a = Activations(rms_norm(x, self.ln2, self.eps))  # gate and up share one int8 quantization
-        g = self.act(self.gate(a))  # [n, inter]
-        g *= self.up(a)
+        g, u = project(self.gate_up, rms_norm(x, self.ln2, self.eps))  # [n, inter] each
+        g = self.act(g)
+        g *= u
         if self.ffn_sub is not None:
             g = rms_norm(g, self.ffn_sub, self.eps)
         x += self.down(g)
@@ -74,10 +86,10 @@ class Block:
     def _qkv(self, x: np.ndarray, pos: int):
         """x: [n, hidden] -> q [n, heads, hd] (scaled by 1/sqrt(hd)), k, v [n, kv_heads, hd], RoPE applied."""
         n = x.shape[0]
-        a = Activations(rms_norm(x, self.ln1, self.eps))  # Q/K/V share one int8 quantization
-        q = self.q(a).reshape(n, self.n_heads, self.hd)
-        k = self.k(a).reshape(n, self.n_kv, self.hd)
-        v = self.v(a).reshape(n, self.n_kv, self.hd)
+        q, k, v = project(self.qkv, rms_norm(x, self.ln1, self.eps))
+        q = q.reshape(n, self.n_heads, self.hd)
+        k = k.reshape(n, self.n_kv, self.hd)
+        v = v.reshape(n, self.n_kv, self.hd)
         qk = self.rope.apply(np.concatenate((q, k), axis=1), *self.rope.tables(pos, n))  # [n, heads+kv, hd]
         q = qk[:, :self.n_heads]
         q *= self.scale
