@@ -1,6 +1,5 @@
 """A tiny lowbit model directory (random int4 weights, a small byte-level BPE tokenizer with a chat
 template), written once per session, so CLI and API tests run without converting a real model."""
-import numpy as np
 import pytest
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -58,8 +57,3 @@ def tiny_dir(tmp_path_factory):
 def private_cache(tmp_path_factory, monkeypatch):
     """Converted models go to a per-session temporary cache, never to ~/.cache/lowbit."""
     monkeypatch.setenv("LOWBIT_CACHE", str(tmp_path_factory.getbasetemp() / "lowbit-cache"))
-
-
-@pytest.fixture
-def rng():
-    return np.random.default_rng(0)

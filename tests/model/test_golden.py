@@ -22,7 +22,6 @@ PROMPTS = [
     "def fibonacci(n):",
     "Once upon a time, in a small village,",
     "The three primary colors are",
-    "Water boils at 100 degrees Celsius because",
 ]
 
 
@@ -54,7 +53,7 @@ def test_f32_path(models):
 
     ours, theirs, tok = models
     assert all(lin.weight.format == "f32" for lin in ours.linears().values())
-    for prompt in PROMPTS[:3]:
+    for prompt in PROMPTS:
         ids = tok(prompt)["input_ids"]
         assert ours.tokenizer.encode(prompt) == ids, "tokenizer differs from transformers'"
         ours.reset()
@@ -74,7 +73,7 @@ def test_transformers_generate(models):
     from lowbit.generate import generate_step
 
     ours, theirs, tok = models
-    ids = tok(PROMPTS[-1])["input_ids"]
+    ids = tok(PROMPTS[1])["input_ids"]
     with torch.no_grad():
         out = theirs.generate(torch.tensor([ids]), max_new_tokens=N_TOKENS, do_sample=False)
     ref = out[0, len(ids):].tolist()

@@ -108,8 +108,9 @@ def render(info: dict, all_tensors: bool = False) -> str:
         + (f", rope_scaling {a['rope_scaling'].get('rope_type', a['rope_scaling'].get('type'))}" if a["rope_scaling"] else "")
         + f", {a['activation']}" + (", tied embeddings" if a["tied_embeddings"] else ""),
         f"parameters    {info['params'] / 1e6:.1f} M",
-        f"weights       {_mb(info['weight_bytes'])} in memory (mmapped), projections at "
-        f"{info['linear_bits_per_weight']:.2f} bits per weight",
+        f"weights       {_mb(info['weight_bytes'])} "
+        + ("in memory (mmapped)" if info["kind"] == "lowbit" else "as stored (lowbit.load converts it first)")
+        + f", projections at {info['linear_bits_per_weight']:.2f} bits per weight",
         f"on disk       {_mb(info['disk_bytes'])}",
         f"KV cache      {info['kv_bytes_per_token'] / 1024:.1f} KB per token "
         f"({_mb(info['kv_bytes_per_token'] * a['context'])} at {a['context']} tokens, float32)",
