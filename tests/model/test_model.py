@@ -29,14 +29,21 @@ def test_shapes():
     assert m.cache.k.shape == (2, 2, 128, 16)
 
 
+@pytest.mark.parametrize("native", [False, True])
 @pytest.mark.parametrize("format", [None, "int8", "ternary"])
-def test_decode_equals_teacher_forced(format):
+def test_decode_equals_teacher_forced(format, native):
     m = tiny_model(format=format)
+    m.native_decode = native
     full = m.logits(IDS)  # [n, vocab]
     m.reset()
     got = [m.prefill(IDS[:4])]
     got += [m.decode(t) for t in IDS[4:]]
-    np.testing.assert_allclose(np.stack(got), full[3:], rtol=1e-4, atol=1e-4)
+    assert (m._native is not None) == native
+    if native and format:  # one int8 rounding step apart at most (see test_native_decoder.py)
+        np.testing.assert_allclose(np.stack(got), full[3:], rtol=0, atol=5e-2 * np.abs(full).max())
+        assert (np.stack(got).argmax(1) == full[3:].argmax(1)).all()
+    else:
+        np.testing.assert_allclose(np.stack(got), full[3:], rtol=1e-4, atol=1e-4)
 
 
 def test_chunked_prefill_and_prefix_continuation():

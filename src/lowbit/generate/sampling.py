@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PARTIAL_SORT = 256  # top-p first tries the best PARTIAL_SORT tokens: sorting a 128k vocabulary costs ms
+PARTIAL_SORT = (256, 4096)  # top-p tries the best 256, then 4096 tokens: sorting a 128k vocabulary costs ms
 
 
 @dataclass
@@ -104,10 +104,13 @@ class Sampler:
         """Token ids that top-p / min-p may keep, sorted by logit (descending), without sorting the vocab."""
         p = self.p
         pool = np.flatnonzero(e >= p.min_p) if p.min_p > 0.0 else None  # e[best] == 1
-        if p.top_p < 1.0 and (pool is None or pool.shape[0] > PARTIAL_SORT) and x.shape[0] > PARTIAL_SORT:
-            top = np.argpartition(-x, PARTIAL_SORT - 1)[:PARTIAL_SORT]
-            if e[top].sum() >= p.top_p * total:  # the top-p prefix lies inside the best PARTIAL_SORT
+        for size in PARTIAL_SORT:
+            if p.top_p >= 1.0 or (pool is not None and pool.shape[0] <= size) or x.shape[0] <= size:
+                break
+            top = np.argpartition(-x, size - 1)[:size]
+            if e[top].sum() >= p.top_p * total:  # the top-p prefix lies inside the best `size`
                 pool = top if pool is None else top[e[top] >= p.min_p]
+                break
         if pool is None:
             pool = np.arange(x.shape[0])
         return pool[np.argsort(-x[pool], kind="stable")]

@@ -11,6 +11,8 @@ speeds can be measured apart. Both write K/V into the static cache (kv_cache.py)
 """
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Callable, Mapping
 
 import numpy as np
@@ -139,7 +141,8 @@ class Model:
     sub_norms = False  # BitNet: RMSNorm before o_proj and before down_proj
 
     def __init__(self, args: ModelArgs, weights: Mapping[str, object], tokenizer=None,
-                 max_context: int | None = None, format: str | None = None, **quant_options):
+                 max_context: int | None = None, format: str | None = None, native_decode: bool | None = None,
+                 **quant_options):
         self.args = args
         self.tokenizer = tokenizer
         self._format, self._qopts = format, quant_options
@@ -162,17 +165,25 @@ class Model:
         else:
             raise KeyError("lm_head.weight is missing and the config does not tie word embeddings")
         del self._weights  # the layers hold what they need
+        # native_decode: run decode() as one C++ call (built on first use); LOWBIT_NATIVE_DECODE=0 turns it off
+        self.native_decode = native_decode if native_decode is not None else os.environ.get("LOWBIT_NATIVE_DECODE", "1") != "0"
+        self._native = None
 
     # ---- construction ----------------------------------------------------------------------
     @classmethod
     def from_weights(cls, config: dict | ModelArgs, weights: Mapping[str, object], tokenizer=None,
-                     max_context: int | None = None, format: str | None = None, **quant_options) -> "Model":
-        """Builds the architecture named by config["model_type"] from in-memory weights."""
+                     max_context: int | None = None, format: str | None = None, native_decode: bool | None = None,
+                     **quant_options) -> "Model":
+        """Builds the architecture named by config["model_type"] from in-memory weights.
+
+        weights: HF name -> PackedWeight | float array; format: quantize float linears to it (default f32);
+        native_decode: decode through the C++ step (default on unless LOWBIT_NATIVE_DECODE=0).
+        """
         from lowbit.model import get_model_class
 
         args = config if isinstance(config, ModelArgs) else ModelArgs.from_config(config)
         return get_model_class(args.model_type)(args, weights, tokenizer=tokenizer, max_context=max_context,
-                                                format=format, **quant_options)
+                                                format=format, native_decode=native_decode, **quant_options)
 
     @classmethod
     def sanitize(cls, weights: dict) -> dict:
@@ -234,17 +245,45 @@ class Model:
         return rms_norm(x, self.norm, self.args.rms_norm_eps)
 
     def decode(self, token: int) -> np.ndarray:
-        """One token at the next position (GEMV path) -> float32 logits [vocab]."""
+        """One token at the next position (GEMV path) -> float32 logits [vocab].
+
+        Runs the native decode step (model/native.py: the whole stack in one C++ call) when every weight
+        format has one and `native_decode` is on; else the numpy reference, decode_python.
+        """
         c = self.cache
         pos = c.length
         if pos >= c.max_ctx:
             c.check_room(1)
+        nat = self._native_decoder()
+        if nat is None:
+            return self.decode_python(token)
+        logits = nat.decode(self.embed([token])[0], pos)  # embedding [hidden] -> [vocab]
+        c.length = pos + 1
+        c.tokens.append(int(token))
+        return logits
+
+    def decode_python(self, token: int) -> np.ndarray:
+        """decode() in numpy around the matmul kernels: the reference for the native step."""
+        c = self.cache
+        pos = c.length
+        c.check_room(1)
         x = self.embed([token])  # [1, hidden]
         for blk in self.layers:
             x = blk.decode(x, pos)
         c.length = pos + 1
         c.tokens.append(int(token))
         return self.lm_head(rms_norm(x, self.norm, self.args.rms_norm_eps))[0]
+
+    def _native_decoder(self):
+        if not self.native_decode:
+            return None
+        if self._native is None:
+            from lowbit.model.native import NativeDecoder
+
+            self._native = NativeDecoder.build(self) or False
+            if self._native is False:
+                warnings.warn("a weight format has no native decode step: decoding in numpy (slower)", stacklevel=3)
+        return self._native or None
 
     def logits(self, ids) -> np.ndarray:
         """Teacher-forced logits of a whole sequence from an empty cache: int [n] -> float32 [n, vocab]."""

@@ -1,10 +1,12 @@
-"""Where a decode step's time goes: inside the matmul kernels vs the Python/numpy around them.
+"""Where a decode step's time goes: inside native code vs the Python/numpy around it.
 
     from lowbit.model.profile import decode_profile
-    print(decode_profile(model, n_tokens=32))   # {'step_ms', 'matmul_ms', 'overhead_ms', ...}
+    print(decode_profile(model, n_tokens=32))                # the path decode() takes (native if it can)
+    print(decode_profile(model, n_tokens=32, native=False))  # the numpy reference path
 
-The overhead (norms, RoPE, attention, softmax, activation quantization, residuals, dispatch) is
-the per-token cost that does not shrink with fewer bits per weight.
+On the numpy path the kernel time is the matmul calls and the overhead is everything else (norms,
+RoPE, attention, softmax, activations, residuals, dispatch); on the native path the kernel time is
+the one C++ call per token and the overhead is the embedding gather and bookkeeping around it.
 """
 from __future__ import annotations
 
@@ -15,34 +17,33 @@ import numpy as np
 from lowbit.model import llama
 
 
-def timed2(fn, spent):
-    def call(ws, x):
+def _timed(fn, spent: list):
+    def call(*a):
         t = time.perf_counter()
-        y = fn(ws, x)
+        y = fn(*a)
         spent[0] += time.perf_counter() - t
         return y
     return call
 
 
-def decode_profile(model, n_tokens: int = 32, prompt_len: int = 16, warmup: int = 4) -> dict:
-    """Runs prompt_len + warmup + n_tokens single-token steps and splits their time (medians, ms/token)."""
-    lins = list(model.linears().values())
+def decode_profile(model, n_tokens: int = 32, prompt_len: int = 16, warmup: int = 4,
+                   native: bool | None = None) -> dict:
+    """Runs prompt_len + warmup + n_tokens single-token steps; medians in ms per token."""
     spent = [0.0]
+    saved_flag = model.native_decode
+    if native is not None:
+        model.native_decode = native
+    nat = model._native_decoder()
+    lins = list(model.linears().values())
     originals = [lin._mm for lin in lins]
-
-    def timed(mm):
-        def call(x):
-            t = time.perf_counter()
-            y = mm(x)
-            spent[0] += time.perf_counter() - t
-            return y
-        return call
-
     many = llama.matmul_many
-    for lin, mm in zip(lins, originals):
-        lin._mm = timed(mm)
-    llama.matmul_many = timed2(many, spent)
-    steps, mats = [], []
+    if nat is not None:
+        nat.decode = _timed(type(nat).decode.__get__(nat), spent)  # instance attribute shadows the method
+    else:
+        for lin, mm in zip(lins, originals):
+            lin._mm = _timed(mm, spent)
+        llama.matmul_many = _timed(many, spent)
+    steps, kern = [], []
     try:
         model.reset()
         model.prefill(list(range(1, prompt_len + 1)))
@@ -55,13 +56,16 @@ def decode_profile(model, n_tokens: int = 32, prompt_len: int = 16, warmup: int 
             tok = int(np.argmax(logits))
             if i >= warmup:
                 steps.append(dt)
-                mats.append(spent[0])
+                kern.append(spent[0])
     finally:
+        if nat is not None:
+            del nat.decode
         for lin, mm in zip(lins, originals):
             lin._mm = mm
         llama.matmul_many = many
+        model.native_decode = saved_flag
         model.reset()
-    step, mat = float(np.median(steps)) * 1e3, float(np.median(mats)) * 1e3
-    over = float(np.median(np.subtract(steps, mats))) * 1e3
-    return {"step_ms": step, "matmul_ms": mat, "overhead_ms": over, "overhead_us_per_layer": over * 1e3 / len(model.layers),
-            "layers": len(model.layers)}
+    over = float(np.median(np.subtract(steps, kern))) * 1e3
+    return {"path": "native" if nat is not None else "numpy", "step_ms": float(np.median(steps)) * 1e3,
+            "kernel_ms": float(np.median(kern)) * 1e3, "overhead_ms": over,
+            "overhead_us_per_layer": over * 1e3 / len(model.layers), "layers": len(model.layers)}
