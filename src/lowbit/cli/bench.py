@@ -98,10 +98,12 @@ def print_gemv(res: dict) -> None:
     mode = "GEMV (1 token)" if res["n_tokens"] == 1 else f"GEMM ({res['n_tokens']} tokens)"
     print(f"lowbit bench gemv: {mode}, {res['threads']} thread(s), ISA {res['isa']}")
     print(f"read bandwidth: {bw['gbps']:.1f} GB/s with {res['threads']} thread(s), {bw1['gbps']:.1f} GB/s with 1; "
-          f"weights rotated over >= {res['rotate_bytes'] >> 20} MiB ({res['rotate_bytes'] // res['l3_bytes']}x the L3)")
+          f"weights rotated over >= {res['rotate_bytes'] >> 20} MiB ({res['rotate_bytes'] / res['l3_bytes']:.0f}x the L3)")
+    print("%BW: against the read bandwidth measured right before and after each row (the higher of the two)")
     print(f"thread pool fork/join: {res['pool_overhead_us']:.2f} us per call")
     print()
-    hdr = f"{'model':15s} {'M x K':>12s} {'format':8s} {'bpw':>5s} {'MB':>7s} {'us/call':>9s} {'GB/s':>6s} {'%BW':>5s} {'x bf16':>6s}"
+    hdr = (f"{'model':15s} {'M x K':>12s} {'format':8s} {'bpw':>5s} {'MB':>7s} {'us/call':>9s} {'GB/s':>6s} "
+           f"{'roof':>5s} {'%BW':>5s} {'x bf16':>6s}")
     if res["n_tokens"] > 1:
         hdr += f" {'GOP/s':>7s}"
     print(hdr)
@@ -113,7 +115,8 @@ def print_gemv(res: dict) -> None:
         last = key
         sp = f"{r['speedup_vs_bf16']:6.2f}" if r["speedup_vs_bf16"] else f"{'-':>6s}"
         line = (f"{r['model']:15s} {str(r['M']) + 'x' + str(r['K']):>12s} {r['format']:8s} {r['bpw']:5.2f} "
-                f"{r['bytes'] / 1e6:7.2f} {r['us']:9.1f} {r['gbps']:6.1f} {100 * r['bw_fraction']:4.0f}% {sp}")
+                f"{r['bytes'] / 1e6:7.2f} {r['us']:9.1f} {r['gbps']:6.1f} {r['roof_gbps']:5.1f} "
+                f"{100 * r['bw_fraction']:4.0f}% {sp}")
         if res["n_tokens"] > 1:
             line += f" {r['gops']:7.0f}"
         print(line)
