@@ -244,7 +244,7 @@ inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float
       for (int r = 0; r < 4; ++r) {
         if (r >= rows) break;
         const float* wr = W + (m0 + r) * K + k;
-        _mm_prefetch((const char*)wr + 1024, _MM_HINT_T0);
+        _mm_prefetch((const char*)wr + kPrefetch, _MM_HINT_T0);
         const __m512 wv = _mm512_maskz_loadu_ps(m, wr);
         for (int n = 0; n < NT; ++n) acc[r][n] = _mm512_fmadd_ps(wv, xv[n], acc[r][n]);
       }
@@ -262,7 +262,7 @@ inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float
       for (int r = 0; r < 4; ++r) {
         if (r >= rows) break;
         const uint16_t* wr = W + (m0 + r) * K + k;
-        _mm_prefetch((const char*)wr + 1024, _MM_HINT_T0);
+        _mm_prefetch((const char*)wr + kPrefetch, _MM_HINT_T0);
         const __m512i v = _mm512_maskz_loadu_epi16(m, wr);
         const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
         const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, hi));

@@ -20,20 +20,30 @@ IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTa
   j.ldy = w.M;
   j.tok_chunk = a.N > kTokChunk ? kTokChunk : std::max<int64_t>(a.N, 1);
   j.n_tok_chunks = (a.N + j.tok_chunk - 1) / j.tok_chunk;
+  // About four tasks per thread: enough to balance uneven cores, few enough that each task streams
+  // through consecutive blocks (the software prefetch runs across block boundaries) instead of
+  // restarting the stream every 64 rows.
+  const int64_t want = 4 * (int64_t)pool_threads();
+  j.blocks_per_task = std::max<int64_t>(1, (w.Mb * j.n_tok_chunks + want - 1) / want);
+  if (j.n_tok_chunks > 1) j.blocks_per_task = 1;
   j.k = k;
   return j;
 }
 
 void int_task(void* p, int64_t t) {
   const IntJob& j = *static_cast<const IntJob*>(p);
-  const int64_t blk = t / j.n_tok_chunks, tc = t % j.n_tok_chunks;
+  const int64_t run = t / j.n_tok_chunks, tc = t % j.n_tok_chunks;
+  const int64_t b0 = run * j.blocks_per_task, b1 = std::min(j.w.Mb, b0 + j.blocks_per_task);
   const int64_t n0 = tc * j.tok_chunk, n1 = std::min(j.a.N, n0 + j.tok_chunk);
+  // The software prefetch inside the kernel runs kPrefetchBytes ahead; cover the start of the run.
+  const uint8_t* start = j.w.codes + b0 * j.w.nch() * 256;
+  for (int64_t off = 0; off < kPrefetchBytes; off += 64) __builtin_prefetch(start + off, 0, 3);
   ActQ a = j.a;
   a.q += n0 * a.Kp;
   a.scale += n0 * a.G;
   a.sum += n0 * a.G;
   a.N = n1 - n0;
-  j.k->gemm_int(j.w, a, j.y + n0 * j.ldy, j.ldy, blk, blk + 1);
+  j.k->gemm_int(j.w, a, j.y + n0 * j.ldy, j.ldy, b0, b1);
 }
 
 void MultiIntJob::add(const IntJob& j) {

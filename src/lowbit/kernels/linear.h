@@ -13,8 +13,9 @@ struct IntJob {
   ActQ a;
   float* y;
   int64_t ldy, tok_chunk, n_tok_chunks;
+  int64_t blocks_per_task;  // a task is a run of consecutive row blocks: one long, prefetchable stream
   const KernelTable* k;
-  int64_t tasks() const { return w.Mb * n_tok_chunks; }
+  int64_t tasks() const { return (w.Mb + blocks_per_task - 1) / blocks_per_task * n_tok_chunks; }
 };
 IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTable* k);
 void int_task(void* p, int64_t t);
