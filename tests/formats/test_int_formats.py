@@ -16,11 +16,11 @@ INT_FORMATS = ["int8", "int4", "int2", "ternary", "binary"]
 # (M, K, N): SmolLM2-135M's K=576/M=192, MobileLLM's M=1600, M not a multiple of 32, odd K, GEMM N>4
 SHAPES = [(192, 576, 1), (1600, 576, 1), (100, 200, 3), (77, 130, 5), (64, 64, 1), (250, 1024, 9), (33, 960, 2)]
 OPTIONS = {
-    "int8": [{}, {"group_size": 128}],
-    "int4": [{}, {"group_size": 128, "symmetric": True}],
-    "int2": [{}, {"symmetric": True}],
-    "ternary": [{"scale": "tensor"}, {"scale": "row"}, {"group_size": 64}],
-    "binary": [{}, {"group_size": 64}],
+    "int8": [{}, {"group_size": 128}, {"group_size": 32}],
+    "int4": [{}, {"group_size": 128, "symmetric": True}, {"group_size": 32}],
+    "int2": [{}, {"symmetric": True}, {"group_size": 96}],
+    "ternary": [{"scale": "tensor"}, {"scale": "row"}, {"group_size": 64}, {"group_size": 32}],
+    "binary": [{}, {"group_size": 64}, {"group_size": 32}],
 }
 
 
@@ -130,7 +130,7 @@ def test_bad_inputs_raise_clear_errors(rng):
         quantize(np.zeros(10, np.float32), "int4")
     with pytest.raises(ValueError, match="NaN"):
         quantize(np.full((4, 64), np.nan, np.float32), "int8")
-    with pytest.raises(ValueError, match="multiple of 64"):
+    with pytest.raises(ValueError, match="multiple of 32"):
         quantize(np.ones((4, 256), np.float32), "int4", group_size=100)
     with pytest.raises(ValueError, match="unknown weight format"):
         quantize(np.ones((4, 64), np.float32), "int3")

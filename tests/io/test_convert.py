@@ -193,7 +193,7 @@ def test_overwrite_rules(tmp_path, hf_src):
     convert(src, empty, progress=False)  # an empty directory is fine
     with pytest.raises(ValueError, match="unknown format"):
         convert(src, tmp_path / "bad", format="int3", progress=False)
-    with pytest.raises(ValueError, match="multiple of 64"):
+    with pytest.raises(ValueError, match="multiple of 32"):
         convert(src, tmp_path / "bad", group_size=48, progress=False)
 
 

@@ -37,7 +37,7 @@ def add_model_args(p: argparse.ArgumentParser, positional: bool = False) -> None
                    help=f"weight format when converting a GGUF / HF source (default: {DEFAULT_FORMAT}); "
                         "converted once and cached under ~/.cache/lowbit ($LOWBIT_CACHE)")
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
-                   help="input channels per scale when converting (a multiple of 64; default: the format's own)")
+                   help="input channels per scale when converting (a multiple of 32; default: the format's own)")
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:

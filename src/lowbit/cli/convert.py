@@ -43,7 +43,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", "-f", default="int4", choices=list(FORMAT_HELP),
                    help="format of the decoder layers' projection weights (default: int4)")
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
-                   help="input channels per scale, a multiple of 64 (default: the format's own: 64 for int4/int2, "
+                   help="input channels per scale, a multiple of 32 (default: the format's own: 64 for int4/int2, "
                         "one per tensor for ternary)")
     p.add_argument("--lm-head-format", default="int8", choices=list(FORMAT_HELP), metavar="FMT",
                    help="format of the output projection (default: int8)")

@@ -22,6 +22,7 @@ from lowbit.formats.base import Activations, PackedWeight
 
 ROW_BLOCK = 64
 K_ALIGN = 64
+GROUP_ALIGN = 32  # a whole number of k-chunks at every code width (llama.cpp's Q4 block size)
 
 
 def padded_k(k: int) -> int:
@@ -29,12 +30,12 @@ def padded_k(k: int) -> int:
 
 
 def resolve_group(group_size: int | None, k: int) -> int:
-    """None -> one group per row (Kp); else a positive multiple of 64 (clamped to Kp)."""
+    """None -> one group per row (Kp); else a positive multiple of 32 (clamped to Kp)."""
     kp = padded_k(k)
     if group_size is None or group_size <= 0 or group_size >= kp:
         return kp
-    if group_size % K_ALIGN:
-        raise ValueError(f"group size must be a multiple of {K_ALIGN} (or omitted for one scale per row), got {group_size}")
+    if group_size % GROUP_ALIGN:
+        raise ValueError(f"group size must be a multiple of {GROUP_ALIGN} (or omitted for one scale per row), got {group_size}")
     return int(group_size)
 
 

@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from lowbit.formats import FORMATS, PackedWeight, quantize
+from lowbit.formats.intcodes import GROUP_ALIGN
 from lowbit.formats.ternary import TernaryWeight
 from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear, open_checkpoint
 from lowbit.io.modeldir import SHARD_BYTES, ModelDirWriter
@@ -55,7 +56,7 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         src: path of the source checkpoint.
         out: the directory to create (refused if it exists, unless overwrite).
         format: weight format of the decoder layers' projections (f32, bf16, int8, int4, int2, ternary, binary).
-        group_size: input channels per scale (a multiple of 64) for those; None = the format's default.
+        group_size: input channels per scale (a multiple of 32) for those; None = the format's default.
         lm_head_format: format of the output projection (tied embeddings get their own copy).
         embed_format: format of the embedding table.
         overwrite: replace an existing lowbit directory at out.
@@ -66,8 +67,8 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
     _check_format("format", format)
     _check_format("lm_head_format", lm_head_format)
     _check_format("embed_format", embed_format)
-    if group_size is not None and (group_size <= 0 or group_size % 64):
-        raise ValueError(f"group size must be a positive multiple of 64, got {group_size}")
+    if group_size is not None and (group_size <= 0 or group_size % GROUP_ALIGN):
+        raise ValueError(f"group size must be a positive multiple of {GROUP_ALIGN}, got {group_size}")
     ckpt = open_checkpoint(src)
     tokenizer = ckpt.tokenizer()
     names = ckpt.tensor_names()

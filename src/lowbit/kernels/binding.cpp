@@ -52,7 +52,7 @@ void gemm_int(Arr<const uint8_t, nb::ndim<1>> codes, Arr<const uint16_t, nb::ndi
               Arr<const int32_t, nb::ndim<2>> sumx, Arr<float, nb::ndim<2>> y) {
   require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
   require(Kp > 0 && Kp % kKAlign == 0, "Kp must be a positive multiple of 64");
-  require(group > 0 && (group % kKAlign == 0 || group == Kp), "group must be a multiple of 64 or Kp");
+  require(group > 0 && (group % kGroupAlign == 0 || group == Kp), "group must be a multiple of 32 or Kp");
   const int64_t Mb = (M + kRowBlock - 1) / kRowBlock, G = (Kp + group - 1) / group;
   const int64_t N = q.shape(0);
   require(codes.shape(0) == (size_t)(Mb * Kp * kRowBlock * bits / 8), "packed codes have the wrong size for M, Kp, bits");
@@ -78,7 +78,7 @@ void gemm_int_multi(std::vector<IntWeightTuple> weights, int64_t Kp, int64_t gro
                     std::vector<Arr<float, nb::ndim<2>>> ys) {
   require(weights.size() == ys.size(), "one output per weight");
   require(Kp > 0 && Kp % kKAlign == 0, "Kp must be a positive multiple of 64");
-  require(group > 0 && (group % kKAlign == 0 || group == Kp), "group must be a multiple of 64 or Kp");
+  require(group > 0 && (group % kGroupAlign == 0 || group == Kp), "group must be a multiple of 32 or Kp");
   const int64_t N = q.shape(0), G = (Kp + group - 1) / group;
   require(q.shape(1) == (size_t)Kp, "activations: q must be [N, Kp]");
   require(sx.shape(0) == (size_t)N && sx.shape(1) == (size_t)G, "activations: scale must be [N, G]");

@@ -13,7 +13,8 @@
 //         row m = 64*blk + 16*t + p/4,   k = KC*chunk + 4*j + p%4
 //     so after (v >> j*BITS) & mask a 64-byte vector holds [16 rows][4 k] u8 codes: the VNNI4 operand.
 //     A 256-bit path takes the two 32-byte halves of a tile (rows 0-7, rows 8-15) separately.
-//     scale / offset: float16 [Mb][G][64]  (row 64*blk + i at index i), G = ceil(Kp / group).
+//     scale / offset: float16 [Mb][G][64]  (row 64*blk + i at index i), G = ceil(Kp / group),
+//     group a multiple of 32 (llama.cpp's Q4_0/Q4_1 block) or Kp.
 // Padding: rows past M carry code 0 and scale 0; k past K carries any code (the activations there are 0).
 #pragma once
 #include <cstddef>
@@ -23,7 +24,8 @@
 namespace lowbit {
 
 constexpr int kRowBlock = 64;   // rows per block: 4 tiles of 16
-constexpr int kKAlign = 64;     // Kp = K rounded up to this; groups are multiples of it
+constexpr int kKAlign = 64;     // Kp = K rounded up to this
+constexpr int kGroupAlign = 32; // groups are multiples of this (a whole number of k-chunks at every width)
 
 struct IntWeights {
   const uint8_t* codes;    // [Mb][nch][4][64]
