@@ -26,7 +26,7 @@ from lowbit._runtime import set_threads
 from lowbit.generate import Generation, GenerationStats, SamplingParams
 from lowbit.model import Model
 
-CACHE_VERSION = 1  # bump when converted directories change meaning
+CACHE_VERSION = 2  # bump when converted directories change meaning (2: int4 groups of 32 by default)
 
 
 def cache_root() -> pathlib.Path:

@@ -24,10 +24,12 @@ from lowbit.bench.shapes import GEMV_MODELS, MODEL_SHAPES, linear_shapes
 from lowbit.formats import Activations, get_format
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import ROW_BLOCK, IntCodeWeight, padded_k, resolve_group
+from lowbit.formats.tq1 import TQ1Weight
+from lowbit.formats import tq1 as _tq1
 
-FORMATS = ["bf16", "int8", "int4", "int2", "ternary", "binary"]
+FORMATS = ["bf16", "int8", "int4", "int2", "ternary", "tq1", "binary"]
 ROTATE_L3_FACTOR = 8
-DEFAULT_GROUP = {"int4": 64, "int2": 64}
+DEFAULT_GROUP = {"int4": 32, "int2": 64}  # the formats' own defaults
 
 
 def l3_bytes() -> int:
@@ -55,6 +57,11 @@ def random_weight(fmt: str, m: int, k: int, rng: np.random.Generator):
         # bf16 bits of +-[1, 2): random mantissas, random signs
         bits = rng.integers(0x3F80, 0x4000, size=(m, k), dtype=np.uint16)
         return BF16Weight(bits | (rng.integers(0, 2, size=(m, k), dtype=np.uint16) << np.uint16(15)))
+    if cls is TQ1Weight:  # random valid bytes (each one of the 243 codes of 5 trits)
+        kp, mb = _tq1.padded_k(k), -(-m // ROW_BLOCK)
+        codes = _tq1.VALID_BYTES[rng.integers(0, 243, size=mb * (kp // _tq1.KC) * _tq1.CHUNK_BYTES)]
+        scale = rng.uniform(0.01, 0.02, size=mb * ROW_BLOCK).astype(np.float16)
+        return TQ1Weight((m, k), kp, codes, scale)
     assert issubclass(cls, IntCodeWeight)
     kp = padded_k(k)
     mb = -(-m // ROW_BLOCK)
@@ -84,6 +91,10 @@ def _timer(pw, n_tokens: int, copies: list, rng):
         tuples = [(c.codes, c._scale_u16, c._offset_u16) for c in copies]
         zc = float(pw.zc or 0.0)
         return lambda iters: _native.bench_int(tuples, zc, pw.bits, m, pw.kp, pw.group, q, sx, sq, y, iters)
+    if isinstance(pw, TQ1Weight):
+        q, sx, sq = Activations(x).int8(pw.kp, pw.group)
+        tuples = [c.native_args() for c in copies]
+        return lambda iters: _native.gemm_tq1(tuples, m, pw.kp, pw.group, q, sx, sq, y, iters)[1]
     ws = [c.w for c in copies]
     return lambda iters: _native.bench_float(ws, x, y, iters)
 

@@ -17,10 +17,11 @@ from lowbit.formats.int4 import Int4Weight
 from lowbit.formats.int8 import Int8Weight
 from lowbit.formats.intcodes import IntCodeWeight
 from lowbit.formats.ternary import TernaryWeight
+from lowbit.formats.tq1 import TQ1Weight
 
 FORMATS: dict[str, type[PackedWeight]] = {
     cls.format: cls
-    for cls in (F32Weight, BF16Weight, Int8Weight, Int4Weight, Int2Weight, TernaryWeight, BinaryWeight)
+    for cls in (F32Weight, BF16Weight, Int8Weight, Int4Weight, Int2Weight, TernaryWeight, TQ1Weight, BinaryWeight)
 }
 
 

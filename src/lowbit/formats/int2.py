@@ -9,3 +9,4 @@ class Int2Weight(_AffineGroupWeight):
     format = "int2"
     description = "2-bit, 4 levels, per-group scale and offset (symmetric: ParetoQ levels)"
     bits = 2
+    default_group = 64

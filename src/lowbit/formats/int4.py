@@ -1,5 +1,5 @@
 """int4: 4-bit codes with per-group scales — asymmetric (a, min: llama.cpp's Q4_1 idea) by default,
-or symmetric (w = a * (c - 8)). 4 bits per weight + 32 (or 16) bits per group."""
+or symmetric (w = a * (c - 7.5)). 4 bits per weight + 32 (or 16) bits per group of 32 (default)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import numpy as np
 from lowbit.formats.base import check_weight
 from lowbit.formats.intcodes import IntCodeWeight, group_view, resolve_group
 
-DEFAULT_GROUP = 64
+DEFAULT_GROUP = 32  # llama.cpp's Q4_0/Q4_1 block: a Q4_1 GGUF converts to int4 without loss of its grid
 
 
 def fit_affine(wg: np.ndarray, levels: int, symmetric: bool, search: bool = True):
