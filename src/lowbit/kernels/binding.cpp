@@ -21,6 +21,7 @@
 #include "decoder.h"
 #include "linear.h"
 #include "thread_pool.h"
+#include "tq1.h"
 
 namespace nb = nanobind;
 using namespace lowbit;
@@ -168,6 +169,38 @@ double bench_float(std::vector<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// tq1 (tq1.h): weights is a list of (codes u8 [Mb*Kp/20*256], scale f16-as-u16 [Mb*G*64]) copies of one
+// [M, Kp] weight; runs `iters` products y = W . x, the i-th on copy i % len (one copy, iters=1: a matmul;
+// more: the benchmark loop without Python between calls). Returns (kernel path, seconds).
+std::tuple<std::string, double> gemm_tq1(std::vector<std::tuple<Arr<const uint8_t, nb::ndim<1>>, Arr<const uint16_t, nb::ndim<1>>>> weights,
+                                         int64_t M, int64_t Kp, int64_t group, Arr<const int8_t, nb::ndim<2>> q,
+                                         Arr<const float, nb::ndim<2>> sx, Arr<const int32_t, nb::ndim<2>> sumx,
+                                         Arr<float, nb::ndim<2>> y, int iters) {
+  require(!weights.empty(), "gemm_tq1: no weights");
+  require(iters >= 1, "gemm_tq1: iters must be >= 1");
+  require(M > 0, "gemm_tq1: M must be positive");
+  require(Kp > 0 && Kp % kTq1KC == 0, "gemm_tq1: Kp must be a positive multiple of 20");
+  require(group > 0 && (group % kTq1KC == 0 || group == Kp), "gemm_tq1: group must be a multiple of 20 or Kp");
+  const int64_t Mb = (M + kRowBlock - 1) / kRowBlock, G = (Kp + group - 1) / group, N = q.shape(0);
+  require(q.shape(1) == (size_t)Kp, "gemm_tq1: activations q must be [N, Kp]");
+  require(sx.shape(0) == (size_t)N && sx.shape(1) == (size_t)G, "gemm_tq1: activation scales must be [N, G]");
+  require(sumx.shape(0) == (size_t)N && sumx.shape(1) == (size_t)G, "gemm_tq1: activation sums must be [N, G]");
+  require(y.shape(0) == (size_t)N && y.shape(1) == (size_t)M, "gemm_tq1: output must be [N, M]");
+  std::vector<TQ1Weights> ws;
+  for (auto& [codes, scale] : weights) {
+    require(codes.shape(0) == (size_t)(Mb * (Kp / kTq1KC) * kTq1ChunkBytes), "gemm_tq1: packed codes have the wrong size for M, Kp");
+    require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "gemm_tq1: scales have the wrong size for M, Kp, group");
+    ws.push_back(TQ1Weights{codes.data(), scale.data(), M, Kp, group, Mb, G});
+  }
+  const char* path = nullptr;
+  const Tq1Kernel k = tq1_kernel(&path);
+  const ActQ a{q.data(), sx.data(), sumx.data(), N, Kp, group, G};
+  nb::gil_scoped_release release;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; it < iters; ++it) tq1_run(ws[it % ws.size()], a, y.data(), k);
+  return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
 // A projection for the native decoder, from a tuple built by lowbit.model.native:
 //   ("int", codes, scale, offset|None, zc, bits, M, K, Kp, group, bias|None)
 //   ("f32" | "bf16", weight [M, K], bias|None)
@@ -310,6 +343,8 @@ NB_MODULE(_native, m) {
   m.def("gemm_int_multi", &gemm_int_multi, nb::arg("weights"), nb::arg("Kp"), nb::arg("group"), nb::arg("q"),
         nb::arg("sx"), nb::arg("sumx"), nb::arg("ys"));
   m.def("gemm_float", &gemm_float, nb::arg("w"), nb::arg("x"), nb::arg("y"));
+  m.def("gemm_tq1", &gemm_tq1, nb::arg("weights"), nb::arg("M"), nb::arg("Kp"), nb::arg("group"), nb::arg("q"),
+        nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters") = 1);
   m.def("bench_int", &bench_int);
   m.def("bench_float", &bench_float);
   m.def("read_bandwidth", &bandwidth, nb::arg("buf"), nb::arg("passes"));
