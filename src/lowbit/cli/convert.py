@@ -6,6 +6,7 @@ import sys
 
 FORMAT_HELP = {
     "ternary": "1.58-bit {-1,0,+1} x scale (lossless for BitNet / TQ1_0 / TQ2_0 sources)",
+    "tq1": "ternary at 5 trits per byte (1.6 bits; lossless from per-tensor/row ternary such as BitNet)",
     "binary": "1-bit +-scale",
     "int2": "2-bit codes, per-group scale and offset",
     "int4": "4-bit codes, per-group scale and offset (default)",
@@ -43,7 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", "-f", default="int4", choices=list(FORMAT_HELP),
                    help="format of the decoder layers' projection weights (default: int4)")
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
-                   help="input channels per scale, a multiple of 32 (default: the format's own: 64 for int4/int2, "
+                   help="input channels per scale, a multiple of 32 (default: the format's own: 32 for int4, 64 for int2, "
                         "one per tensor for ternary)")
     p.add_argument("--lm-head-format", default="int8", choices=list(FORMAT_HELP), metavar="FMT",
                    help="format of the output projection (default: int8)")

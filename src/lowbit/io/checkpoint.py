@@ -18,6 +18,7 @@ Tensor names (``W`` = weight matrices [out, in], ``N`` = norm vectors):
 """
 from __future__ import annotations
 
+import json
 import pathlib
 
 import numpy as np
@@ -81,6 +82,14 @@ def expected_shape(config: dict, name: str) -> tuple[int, ...]:
         if name.endswith(suffix):
             return shape
     raise KeyError(f"not a known tensor name: {name!r}")
+
+
+def read_json(path: pathlib.Path) -> dict:
+    """A JSON file's content; a clear ValueError naming the file when it is malformed."""
+    try:
+        return json.loads(pathlib.Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: malformed JSON ({e})") from None
 
 
 def normalize_config(raw: dict, where) -> dict:

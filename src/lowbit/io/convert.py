@@ -23,7 +23,7 @@ from lowbit.formats.ternary import TernaryWeight
 from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear, open_checkpoint
 from lowbit.io.modeldir import SHARD_BYTES, ModelDirWriter
 
-LOW_BIT = ("ternary", "binary")
+LOW_BIT = ("ternary", "tq1", "binary")
 COLLAPSE_WARNING = ("converting float weights to {fmt}: expect the model's quality to collapse unless it was "
                     "trained for it (BitNet b1.58 / ParetoQ-style quantization-aware training)")
 
@@ -35,6 +35,11 @@ def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = No
     otherwise it is dequantized and quantized again.
     """
     if isinstance(value, PackedWeight):
+        if isinstance(value, TernaryWeight) and fmt == "tq1" and group_size is None and value.ngroups == 1:
+            from lowbit.formats.tq1 import TQ1Weight  # ternary with one scale per row: repack losslessly
+
+            a, _ = value.affine()
+            return TQ1Weight.from_ternary(value.unpacked_codes().astype(np.int8) - 1, a)
         if value.format == fmt and (group_size is None or fmt == "ternary" or getattr(value, "group", None) == group_size):
             return value
         value = value.dequantize()

@@ -20,7 +20,7 @@ import numpy as np
 
 from lowbit.formats.ternary import TernaryWeight
 from lowbit.io.checkpoint import (
-    LM_HEAD, Checkpoint, canonical_names, check_shape, expected_shape, is_linear, normalize_config,
+    LM_HEAD, Checkpoint, canonical_names, check_shape, expected_shape, is_linear, normalize_config, read_json,
 )
 from lowbit.io.safetensors_file import SafetensorsFile
 
@@ -53,10 +53,7 @@ class HFCheckpoint(Checkpoint):
 
     def __init__(self, path):
         super().__init__(path)
-        try:
-            raw = json.loads((self.path / "config.json").read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{self.path / 'config.json'}: malformed JSON ({e})") from None
+        raw = read_json(self.path / "config.json")
         self.quant = raw.get("quantization_config") or {}
         self.files = self._open_files()
         self.where: dict[str, tuple[SafetensorsFile, str]] = {}  # HF name -> (file, stored name)

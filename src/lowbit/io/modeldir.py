@@ -24,7 +24,7 @@ import uuid
 import numpy as np
 
 from lowbit.formats import PackedWeight, from_state
-from lowbit.io.checkpoint import Checkpoint, check_shape, expected_shape, normalize_config
+from lowbit.io.checkpoint import Checkpoint, check_shape, expected_shape, normalize_config, read_json
 from lowbit.io.safetensors_file import SafetensorsFile
 
 VERSION = 1
@@ -151,10 +151,7 @@ class LowbitCheckpoint(Checkpoint):
 
     def __init__(self, path):
         super().__init__(path)
-        try:
-            raw = json.loads((self.path / "config.json").read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{self.path / 'config.json'}: malformed JSON ({e})") from None
+        raw = read_json(self.path / "config.json")
         self.lowbit: dict = raw.get("lowbit") or {}
         if self.lowbit.get("version") != VERSION:
             raise ValueError(f"{self.path}: lowbit directory version {self.lowbit.get('version')!r} is not {VERSION}; "
