@@ -76,7 +76,7 @@ struct KernelTable {
   OpsTable ops;
 };
 
-constexpr int kPrefetchBytes = 4096;  // software prefetch distance of the weight streams
+constexpr int kPrefetchBytes = 8192;  // software prefetch distance of the weight streams
 
 const KernelTable& kernels_scalar();
 const KernelTable& kernels_avx2();
