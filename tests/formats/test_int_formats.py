@@ -63,9 +63,11 @@ def test_integer_part_is_exact(isa, fmt, rng):
     np.testing.assert_array_equal(y, exact.astype(np.float32))
 
 
-def test_activation_quantizer_matches_numpy(rng):
+def test_activation_quantizer_matches_numpy(isa, rng):
     x = (rng.standard_normal((7, 333)) * rng.uniform(0.01, 50, size=(7, 1))).astype(np.float32)
     x[3] = 0.0
+    x[5, :40] = np.arange(40, dtype=np.float32) - 19.5  # halves: round-to-even ties (absmax 127 after the scale)
+    x[5, 40] = 127.0
     for kp, group in [(384, 384), (384, 64), (384, 128)]:
         got = Activations(x).int8(kp, group)
         want = quantize_activations(x, kp, group)

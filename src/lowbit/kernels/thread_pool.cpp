@@ -1,5 +1,6 @@
 #include "thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <fstream>
@@ -23,22 +24,49 @@ constexpr int kSpinIters = 1 << 16;   // ~100-200 us of spinning before a worker
 constexpr int kPauseIters = 1 << 11;  // then yield between pauses: on an oversubscribed machine (other
                                       // processes on our cores) a descheduled thread must get to run
 
+// Tasks are claimed from one 64-bit ticket, job generation | task count | next index, so a worker that
+// wakes late (a sleeping vCPU can take milliseconds) can never take a task of a later job, and the
+// caller waits only for tasks, not for workers: if a worker is slow to wake, the caller runs its share.
+constexpr int kIdxBits = 20;
+constexpr uint64_t kIdxMask = (1u << kIdxBits) - 1;
+constexpr int64_t kMaxTasks = (int64_t)kIdxMask;  // larger jobs run in slices of this many tasks
+
 struct Pool {
   std::vector<std::thread> workers;
-  std::atomic<uint64_t> generation{0};
+  std::atomic<uint64_t> generation{0};  // bumped per job: wakes workers
+  std::atomic<uint64_t> ticket{0};
+  std::atomic<int64_t> done{0};
   std::atomic<int> sleeping{0};
-  std::atomic<int> active{0};
-  std::atomic<int64_t> next{0};
   std::atomic<bool> stop{false};
-  int64_t ntasks = 0;
+  uint64_t job = 0;
   TaskFn fn = nullptr;
   void* ctx = nullptr;
   std::mutex mu;
   std::condition_variable cv;
   std::mutex run_mu;  // one job at a time (calls from several Python threads queue here)
 
-  void drain() {
-    for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < ntasks;) fn(ctx, t);
+  static uint64_t pack(uint64_t job, uint64_t n, uint64_t i) {
+    return (job << (2 * kIdxBits)) | (n << kIdxBits) | i;
+  }
+
+  bool claim(uint64_t job_id, int64_t& idx) {
+    uint64_t v = ticket.load(std::memory_order_acquire);
+    for (;;) {
+      if ((v >> (2 * kIdxBits)) != job_id) return false;
+      const uint64_t n = (v >> kIdxBits) & kIdxMask, i = v & kIdxMask;
+      if (i >= n) return false;
+      if (ticket.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        idx = (int64_t)i;
+        return true;
+      }
+    }
+  }
+
+  void drain(uint64_t job_id) {
+    for (int64_t t; claim(job_id, t);) {
+      fn(ctx, t);
+      done.fetch_add(1, std::memory_order_acq_rel);
+    }
   }
 
   // `seen` is the generation at creation: a job (or stop) posted before the thread first runs is not missed.
@@ -59,8 +87,7 @@ struct Pool {
       }
       seen = g;
       if (stop.load()) return;
-      drain();
-      active.fetch_sub(1, std::memory_order_acq_rel);
+      drain(ticket.load(std::memory_order_acquire) >> (2 * kIdxBits));
     }
   }
 
@@ -80,21 +107,32 @@ struct Pool {
     workers.clear();
   }
 
+  void run_slice(int64_t n, TaskFn f, void* c) {
+    fn = f;
+    ctx = c;
+    done.store(0, std::memory_order_relaxed);
+    job = (job + 1) & ((uint64_t(1) << (64 - 2 * kIdxBits)) - 1);
+    ticket.store(pack(job, (uint64_t)n, 0), std::memory_order_release);
+    generation.fetch_add(1);  // seq_cst: pairs with the sleeping counter (no lost wake-up)
+    if (sleeping.load() > 0) { std::lock_guard<std::mutex> lock(mu); cv.notify_all(); }
+    drain(job);
+    for (int spins = 0; done.load(std::memory_order_acquire) < n; ++spins) {
+      if (spins < kPauseIters) LOWBIT_PAUSE();
+      else std::this_thread::yield();
+    }
+  }
+
   void run(int64_t n, TaskFn f, void* c) {
     std::lock_guard<std::mutex> guard(run_mu);
     if (workers.empty() || n <= 1) {
       for (int64_t t = 0; t < n; ++t) f(c, t);
       return;
     }
-    fn = f; ctx = c; ntasks = n;
-    next.store(0, std::memory_order_relaxed);
-    active.store((int)workers.size(), std::memory_order_relaxed);
-    generation.fetch_add(1);  // seq_cst: pairs with the sleeping counter (no lost wake-up)
-    if (sleeping.load() > 0) { std::lock_guard<std::mutex> lock(mu); cv.notify_all(); }
-    drain();
-    for (int spins = 0; active.load(std::memory_order_acquire) > 0; ++spins) {
-      if (spins < kPauseIters) LOWBIT_PAUSE();
-      else std::this_thread::yield();
+    struct Slice { TaskFn f; void* c; int64_t base; };
+    for (int64_t base = 0; base < n; base += kMaxTasks) {
+      Slice sl{f, c, base};
+      run_slice(std::min(kMaxTasks, n - base),
+                [](void* p, int64_t t) { auto* s = static_cast<Slice*>(p); s->f(s->c, s->base + t); }, &sl);
     }
   }
 
