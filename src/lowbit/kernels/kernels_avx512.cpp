@@ -18,6 +18,13 @@ namespace {
 
 constexpr int kPrefetch = kPrefetchBytes;
 
+// acc += u8 x s8 in groups of four. Inline asm ties the accumulator to one register: with the intrinsic,
+// GCC 12 copies every accumulator around each vpdpbusd and spills them in the decode loop.
+// The s8 operand is four activation bytes broadcast from memory ({1to16}: no broadcast register).
+__attribute__((always_inline)) inline void dpbusd(__m512i& acc, __m512i u8, const int8_t* x4) {
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*(const int32_t*)x4));
+}
+
 // One row block (4 tiles of 16 rows) x NT tokens. acc lanes are rows: lane i of tile t = row 16t+i.
 template <int BITS, int NT>
 inline void block_int(const IntWeights& w, const ActQ& a, int64_t blk, int64_t n0, float* y, int64_t ldy) {
@@ -58,6 +65,7 @@ inline void block_int(const IntWeights& w, const ActQ& a, int64_t blk, int64_t n
           else code = _mm512_and_si512(_mm512_srli_epi16(v[t], j * BITS), mask);
 #pragma GCC unroll 4
           for (int n = 0; n < NT; ++n) {
+            // The intrinsic (not the asm dpbusd): GCC keeps each broadcast in a register for the four tiles.
             int32_t xq;
             std::memcpy(&xq, qc + n * a.Kp + 4 * j, 4);
             acc[n][t][j % S] = _mm512_dpbusd_epi32(acc[n][t][j % S], code, _mm512_set1_epi32(xq));
@@ -93,13 +101,6 @@ inline void block_int(const IntWeights& w, const ActQ& a, int64_t blk, int64_t n
 // accumulator, scaled back exactly (arithmetic shift of an exact multiple) once per group. On Zen 4 this
 // trades 12 shifts per 256 bytes for nothing: vpand runs on all four vector pipes, vpsrlw on two.
 // 1-bit: eight fields, four multipliers; fields 4-7 come from one shift of the tile by 4.
-// acc += u8 x s8 in groups of four. Inline asm ties the accumulator to one register: with the intrinsic,
-// GCC 12 copies every accumulator around each vpdpbusd and spills them in the decode loop.
-// The s8 operand is four activation bytes broadcast from memory ({1to16}: no broadcast register).
-__attribute__((always_inline)) inline void dpbusd(__m512i& acc, __m512i u8, const int8_t* x4) {
-  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*(const int32_t*)x4));
-}
-
 // Accumulators of one 16-row tile, one per multiplier; named members (not an array) so that GCC keeps
 // all sixteen of a block in registers.
 struct TileAcc {
