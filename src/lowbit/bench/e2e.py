@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import lowbit
-from lowbit.bench import bandwidth
+from lowbit.bench import bandwidth, memory
 from lowbit.bench.gemv import random_weight
 from lowbit.bench.shapes import MODEL_SHAPES
 from lowbit.formats import PackedWeight
@@ -69,8 +69,10 @@ def bytes_per_token(model, position: float) -> dict:
     return {"blocks": int(blocks), "lm_head": int(lm_head), "kv_cache": kv, "total": int(blocks + lm_head + kv)}
 
 
-def run(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats: int = 3, seed: int = 0) -> dict:
-    """Times prefill of `prompt_tokens` and `gen_tokens` greedy decode steps (EOS ignored)."""
+def run(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats: int = 3, seed: int = 0,
+        between=lambda: None) -> dict:
+    """Times prefill of `prompt_tokens` and `gen_tokens` greedy decode steps (EOS ignored);
+    `between()` runs before every round and after the last (the bandwidth probe)."""
     vocab = model.args.vocab_size
     rng = np.random.default_rng(seed)
     prompt = [int(t) for t in rng.integers(0, vocab, size=prompt_tokens)]
@@ -78,6 +80,8 @@ def run(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats: int = 3,
         raise ValueError(f"prompt + generation ({prompt_tokens + gen_tokens}) exceed the context ({model.max_context})")
     pp, tg = [], []
     for r in range(repeats + 1):  # the first round is the warm-up
+        if r:
+            between()
         model.reset()
         t0 = time.perf_counter()
         logits = model.prefill(prompt)
@@ -89,6 +93,7 @@ def run(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats: int = 3,
         if r:
             pp.append(prompt_tokens / (t1 - t0))
             tg.append(gen_tokens / (t2 - t1))
+    between()
     model.reset()
     return {"prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "repeats": repeats,
             "pp_tps": float(np.mean(pp)), "pp_sd": float(np.std(pp)),
@@ -111,12 +116,17 @@ def describe(model) -> dict:
 
 def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int, label: str) -> dict:
     lowbit.set_threads(threads)
-    speed = run(model, prompt_tokens, gen_tokens, repeats)
-    bw = bandwidth.measure(threads, nbytes=512 << 20)
+    # The host's DRAM share drifts within minutes: read the roof before every timed round and after the
+    # last, and take the highest (the conservative choice for the fraction).
+    buf = memory.buffer(256 << 20)
+    roofs: list[float] = []
+    speed = run(model, prompt_tokens, gen_tokens, repeats,
+                between=lambda: roofs.append(bandwidth.measure(threads, passes=2, repeats=1, buf=buf)["gbps"]))
+    bw = {"gbps": max(roofs), "samples": roofs}
     per_tok = bytes_per_token(model, prompt_tokens + gen_tokens / 2)
     roof_tps = bw["gbps"] * 1e9 / per_tok["total"]
     return {"model": label, "threads": threads, **speed, **describe(model), "bytes_per_token": per_tok,
-            "bandwidth_gbps": bw["gbps"], "roofline_tps": roof_tps, "roofline_fraction": speed["tg_tps"] / roof_tps,
+            "bandwidth_gbps": bw["gbps"], "bandwidth_samples": bw["samples"], "roofline_tps": roof_tps, "roofline_fraction": speed["tg_tps"] / roof_tps,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "isa": lowbit.cpu_info()["isa"]}
 
@@ -129,7 +139,8 @@ def print_result(r: dict) -> None:
     print(f"  prompt  pp{r['prompt_tokens']:<4d} {r['pp_tps']:9.1f} ± {r['pp_sd']:.1f} tok/s")
     print(f"  decode  tg{r['gen_tokens']:<4d} {r['tg_tps']:9.1f} ± {r['tg_sd']:.1f} tok/s   (mean ± sd of {r['repeats']} after a warm-up)")
     print(f"  bytes/token {b['total'] / 1e6:.1f} MB = blocks {b['blocks'] / 1e6:.1f} + lm_head {b['lm_head'] / 1e6:.1f} "
-          f"+ KV cache {b['kv_cache'] / 1e6:.1f}; bandwidth {r['bandwidth_gbps']:.1f} GB/s -> roofline "
+          f"+ KV cache {b['kv_cache'] / 1e6:.1f}; bandwidth {r['bandwidth_gbps']:.1f} GB/s (highest of "
+          f"{', '.join(f'{x:.0f}' for x in r['bandwidth_samples'])} read around the rounds) -> roofline "
           f"{r['roofline_tps']:.1f} tok/s; decode at {100 * r['roofline_fraction']:.0f}% of it")
     print(f"  peak memory (RSS) {r['peak_rss_bytes'] / 1e9:.2f} GB")
 
