@@ -17,6 +17,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from lowbit._runtime import single_threaded_blas
 from lowbit.formats import Activations, PackedWeight, matmul_many
 from lowbit.model.config import ModelArgs
 from lowbit.model.kv_cache import KVCache
@@ -223,13 +224,14 @@ class Model:
             raise ValueError("prefill needs at least one token")
         self.cache.check_room(n)
         outs = []
-        for s in range(0, n, chunk):
-            part = ids[s:s + chunk]
-            h = self._forward(part)  # [m, hidden], final-normed
-            if all_logits:
-                outs.append(self.lm_head(h))
-            elif s + chunk >= n:
-                outs.append(self.lm_head(h[-1:])[0])
+        with single_threaded_blas():  # numpy's attention matmuls must not fight lowbit's pool for the cores
+            for s in range(0, n, chunk):
+                part = ids[s:s + chunk]
+                h = self._forward(part)  # [m, hidden], final-normed
+                if all_logits:
+                    outs.append(self.lm_head(h))
+                elif s + chunk >= n:
+                    outs.append(self.lm_head(h[-1:])[0])
         return np.concatenate(outs, axis=0) if all_logits else outs[-1]
 
     def _forward(self, ids: list[int]) -> np.ndarray:
