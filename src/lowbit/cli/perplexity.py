@@ -4,9 +4,10 @@ The text is tokenized and cut into consecutive windows of --ctx tokens; each win
 from an empty cache (every token after the window's first), and ppl = exp(mean NLL). Compare
 formats on the same text and --ctx, e.g. (SmolLM2-135M-Instruct, GPL-3.0 text, ctx 512):
 
-    for f in bf16 int8 int4 int2 ternary; do lowbit perplexity --format $f -f tests/data/GPL-3.0.txt; done
+    for f in bf16 int8 int4 int2 ternary binary; do lowbit perplexity --format $f -f tests/data/GPL-3.0.txt; done
 
-    bf16 22.35 | int8 23.51 (+5.2 %) | int4 32.09 (+44 %) | int2 2.1e5 | ternary 1.1e8   (7624 tokens)
+    bf16 22.35 | int8 23.51 (+5.2 %) | int4 22.56 (+0.9 %, groups of 32) | int2 2.1e5 | ternary 1.1e8
+    | binary 1.6e6   (7624 tokens; a 135M model was not trained for 2 bits or less)
 """
 from __future__ import annotations
 
