@@ -232,10 +232,13 @@ void gemm_int_avx512(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, 
 // bf16 rows are read 32 at a time and widened without a shuffle: (v << 16) holds the even elements as
 // f32, (v & 0xffff0000) the odd ones; x comes pre-split to match (bf16_x_layout: per 32 k, 16 even then
 // 16 odd values), so the activations stay f32 and exact.
-template <typename T, int NT>
-inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m0, int rows) {
-  __m512 acc[4][NT];
-  for (int r = 0; r < 4; ++r)
+// ROWS and NT are compile-time so every accumulator index is constant and GCC keeps them in registers.
+// Rows are read side by side, so each row's prefetch targets the same k of the row ROWS further on: a
+// fixed distance ahead would land in the neighbouring row, which is already being read.
+template <typename T, int NT, int ROWS>
+inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m0) {
+  __m512 acc[ROWS][NT];
+  for (int r = 0; r < ROWS; ++r)
     for (int n = 0; n < NT; ++n) acc[r][n] = _mm512_setzero_ps();
   if constexpr (std::is_same_v<T, float>) {
     for (int64_t k = 0; k < K; k += 16) {
@@ -243,10 +246,9 @@ inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float
       __m512 xv[NT];
       for (int n = 0; n < NT; ++n) xv[n] = _mm512_maskz_loadu_ps(m, x + n * ldx + k);
 #pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) {
-        if (r >= rows) break;
+      for (int r = 0; r < ROWS; ++r) {
         const float* wr = W + (m0 + r) * K + k;
-        _mm_prefetch((const char*)wr + kPrefetch, _MM_HINT_T0);
+        _mm_prefetch((const char*)(wr + ROWS * K), _MM_HINT_T1);  // the next tile's row: rows are one stream
         const __m512 wv = _mm512_maskz_loadu_ps(m, wr);
         for (int n = 0; n < NT; ++n) acc[r][n] = _mm512_fmadd_ps(wv, xv[n], acc[r][n]);
       }
@@ -261,10 +263,9 @@ inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float
         xo[n] = _mm512_loadu_ps(x + n * ldx + k + 16);
       }
 #pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) {
-        if (r >= rows) break;
+      for (int r = 0; r < ROWS; ++r) {
         const uint16_t* wr = W + (m0 + r) * K + k;
-        _mm_prefetch((const char*)wr + kPrefetch, _MM_HINT_T0);
+        _mm_prefetch((const char*)(wr + ROWS * K), _MM_HINT_T1);  // the next tile's row: rows are one stream
         const __m512i v = _mm512_maskz_loadu_epi16(m, wr);
         const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
         const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
@@ -273,8 +274,18 @@ inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float
       }
     }
   }
-  for (int r = 0; r < rows; ++r)
+  for (int r = 0; r < ROWS; ++r)
     for (int n = 0; n < NT; ++n) y[n * ldy + m0 + r] = _mm512_reduce_add_ps(acc[r][n]);
+}
+
+template <typename T, int NT>
+inline void float_rows(const T* W, int64_t K, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m0, int rows) {
+  switch (rows) {
+    case 4: float_tile<T, NT, 4>(W, K, x, ldx, y, ldy, m0); break;
+    case 3: float_tile<T, NT, 3>(W, K, x, ldx, y, ldy, m0); break;
+    case 2: float_tile<T, NT, 2>(W, K, x, ldx, y, ldy, m0); break;
+    default: float_tile<T, NT, 1>(W, K, x, ldx, y, ldy, m0); break;
+  }
 }
 
 int64_t bf16_x_stride(int64_t K) { return (K + 31) / 32 * 32; }
@@ -299,11 +310,11 @@ void gemm_float_avx512(const FloatWeights& w, const float* x, int64_t N, float* 
     for (int64_t m0 = blk * kFloatRows; m0 < std::min((blk + 1) * kFloatRows, w.M); m0 += 4) {
       const int rows = (int)std::min<int64_t>(4, w.M - m0);
       int64_t n = 0;
-      for (; n + 4 <= N; n += 4) float_tile<T, 4>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows);
+      for (; n + 4 <= N; n += 4) float_rows<T, 4>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows);
       switch (N - n) {
-        case 3: float_tile<T, 3>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
-        case 2: float_tile<T, 2>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
-        case 1: float_tile<T, 1>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
+        case 3: float_rows<T, 3>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
+        case 2: float_rows<T, 2>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
+        case 1: float_rows<T, 1>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
         default: break;
       }
     }
