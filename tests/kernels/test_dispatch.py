@@ -67,3 +67,15 @@ def test_threads_env_and_results_independent_of_thread_count(rng):
         lowbit.set_threads(before)
     with pytest.raises(ValueError):
         lowbit.set_threads(0)
+
+
+def test_f16_conversion_matches_numpy(isa, rng):
+    """The native decoder writes its float16 KV cache with this converter; numpy writes it in prefill."""
+    from lowbit import _native
+
+    x = np.concatenate([rng.standard_normal(1000).astype(np.float32) * 10.0 ** rng.integers(-8, 5, 1000),
+                        np.array([0.0, -0.0, 65504.0, 65519.0, 65520.0, 1e9, -1e9, 6e-8, 3e-8, 2.98e-8,
+                                  1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, np.inf, -np.inf], np.float32)])
+    out = np.empty(x.size, np.uint16)
+    _native.f32_to_f16(x, out)
+    np.testing.assert_array_equal(out, x.astype(np.float16).view(np.uint16))

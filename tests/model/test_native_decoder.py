@@ -1,7 +1,8 @@
 """The C++ decode step (kernels/decoder.cpp) against the Python decoder it replaces, on every ISA path.
 
 Both read the same packed weights and cache; they differ only in float rounding (summation order, exp):
-logits agree to 1e-5 relative to their largest magnitude. Integer formats quantize each projection's
+logits agree to 1e-5 relative to their largest magnitude (1e-4 with the float16 KV cache of non-f32 models,
+where a K/V value may round one ulp apart). Integer formats quantize each projection's
 input to int8, so a last-bit difference in a norm can move one activation across a rounding boundary
 (one int8 step) and the logits by ~1 %: there, most steps must still agree to 1e-5, and every step to 5e-2
 with the same top token."""
@@ -36,11 +37,15 @@ def test_native_decode_matches_python(isa, model_type, fmt):
     model.prefill(prompt)
     got = [native.decode(model.embed([t])[0], len(prompt) + i) for i, t in enumerate(steps)]
     errs = [np.abs(g - r).max() / np.abs(r).max() for r, g in zip(ref, got)]
-    if fmt in ("f32", "bf16"):
+    if fmt == "f32":
         assert max(errs) < 1e-5, errs
+    elif fmt == "bf16":  # float16 KV cache: a K/V value may round one ulp apart (2^-11 relative)
+        assert max(errs) < 1e-4, errs
     else:
         assert sorted(errs)[len(errs) // 2] < 1e-5 and max(errs) < 5e-2, errs
         assert all(np.argmax(r) == np.argmax(g) for r, g in zip(ref, got))
     tol = 1e-5 if fmt in ("f32", "bf16") else 5e-2
+    if model.cache.k.dtype == np.float16:  # both write float16: a last-bit difference may round one ulp apart
+        tol = max(tol, 2.0**-10)
     np.testing.assert_allclose(model.cache.k[:, :, :len(prompt) + len(steps)], ref_k, rtol=0,
                                atol=tol * np.abs(ref_k).max())

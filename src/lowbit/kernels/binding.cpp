@@ -274,16 +274,18 @@ double bandwidth(Arr<const uint8_t, nb::ndim<1>> buf, int passes) {
 void bind_decoder(nb::module_& m) {
   using F1 = Arr<const float, nb::ndim<1>>;
   using F2 = Arr<const float, nb::ndim<2>>;
-  using C3 = Arr<float, nb::ndim<3>>;
+  using C3 = nb::ndarray<nb::c_contig, nb::device::cpu, nb::ndim<3>>;
   nb::class_<Decoder>(m, "Decoder")
       .def("__init__",
            [](Decoder* d, int64_t hidden, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t inter, int64_t max_ctx,
-              float eps, int act, F2 rope_c, F2 rope_s) {
+              float eps, int act, F2 rope_c, F2 rope_s, bool kv_f16) {
              require(n_heads % n_kv == 0, "heads must be a multiple of kv heads");
+             require(hd <= 512, "head_dim above 512 is not supported by the native decoder");
              require(hd % 2 == 0, "head_dim must be even");
              require(rope_c.shape(0) >= (size_t)max_ctx && rope_c.shape(1) == (size_t)hd, "rope C must be [max_ctx, hd]");
              require(rope_s.shape(0) >= (size_t)max_ctx && rope_s.shape(1) == (size_t)hd, "rope S must be [max_ctx, hd]");
-             new (d) Decoder(DecoderShape{hidden, n_heads, n_kv, hd, inter, max_ctx, eps, act}, rope_c.data(), rope_s.data());
+             new (d) Decoder(DecoderShape{hidden, n_heads, n_kv, hd, inter, max_ctx, eps, act, kv_f16}, rope_c.data(),
+                             rope_s.data());
            })
       .def("add_layer",
            [](Decoder& d, nb::tuple lins, F1 ln1, F1 ln2, std::optional<F1> attn_sub, std::optional<F1> ffn_sub, C3 kc,
@@ -301,6 +303,9 @@ void bind_decoder(nb::module_& m) {
              require(kc.shape(0) == (size_t)s.n_kv && kc.shape(1) == (size_t)s.max_ctx && kc.shape(2) == (size_t)s.hd,
                      "k cache must be [kv_heads, max_ctx, hd]");
              require(vc.shape(0) == kc.shape(0) && vc.shape(1) == kc.shape(1) && vc.shape(2) == kc.shape(2), "v cache shape");
+             const auto want = s.kv_f16 ? nb::dtype<uint16_t>() : nb::dtype<float>();
+             require(kc.dtype() == want && vc.dtype() == want,
+                     s.kv_f16 ? "the KV cache must be float16 (passed as uint16 views)" : "the KV cache must be float32");
              L.ln1 = ln1.data();
              L.ln2 = ln2.data();
              L.attn_sub = attn_sub ? attn_sub->data() : nullptr;
@@ -347,6 +352,10 @@ NB_MODULE(_native, m) {
         nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters") = 1);
   m.def("bench_int", &bench_int);
   m.def("bench_float", &bench_float);
+  m.def("f32_to_f16", [](Arr<const float, nb::ndim<1>> x, Arr<uint16_t, nb::ndim<1>> out) {
+    require(out.shape(0) == x.shape(0), "out must match x");
+    active_kernels().ops.f32_to_f16_row(x.data(), out.data(), (int64_t)x.shape(0));
+  }, "float32 -> float16 bits with the active ISA's converter (the KV cache write), for tests");
   m.def("read_bandwidth", &bandwidth, nb::arg("buf"), nb::arg("passes"));
   m.def("pool_overhead", [](int iters) { return pool_overhead(iters); }, nb::arg("iters"));
 }

@@ -58,6 +58,9 @@ struct OpsTable {
   void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* out);
   void (*attn_head)(const float* q, const float* K, const float* V, int64_t t, int64_t hd, float* scores, float* out);
   void (*act_mul)(float* g, const float* u, int64_t n, int act);
+  void (*attn_head_f16)(const float* q, const uint16_t* K, const uint16_t* V, int64_t t, int64_t hd, float* scores,
+                        float* out);
+  void (*f32_to_f16_row)(const float* src, uint16_t* dst, int64_t n);
 };
 
 // One ISA's kernels. Each processes row blocks [b0, b1) for all N tokens; y is [N][ldy].
@@ -102,6 +105,35 @@ inline float f16_to_f32(uint16_t h) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+// float32 -> float16, round to nearest even (as numpy and F16C's vcvtps2ph with imm 0); the well-known
+// float_to_half_fast3_rtne: subnormals by a float add against a magic constant, normals by integer rounding.
+inline uint16_t f32_to_f16(float f) {
+  const uint32_t f32infty = 255u << 23, f16max = (127u + 16) << 23;
+  const uint32_t denorm_magic = ((127u - 15) + (23 - 10) + 1) << 23;
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = x & 0x80000000u;
+  x ^= sign;
+  uint32_t o;
+  if (x >= f16max) {
+    o = x > f32infty ? 0x7e00 : 0x7c00;
+  } else if (x < (113u << 23)) {
+    float fx, magic;
+    std::memcpy(&fx, &x, 4);
+    std::memcpy(&magic, &denorm_magic, 4);
+    fx += magic;
+    uint32_t r;
+    std::memcpy(&r, &fx, 4);
+    o = r - denorm_magic;
+  } else {
+    const uint32_t mant_odd = (x >> 13) & 1;
+    x += ((15u - 127u) << 23) + 0xfff;
+    x += mant_odd;
+    o = x >> 13;
+  }
+  return (uint16_t)(o | (sign >> 16));
 }
 
 inline float bf16_to_f32(uint16_t h) {

@@ -37,24 +37,30 @@ void rope(float* x, int64_t heads, int64_t hd, const float* C, const float* S) {
 
 struct AttnCtx {
   const Decoder* dec;
-  const float *q, *kc, *vc;
+  const float* q;
+  const void *kc, *vc;
   float *out, *scores;
   int64_t t, hd, group, max_ctx;
+  bool f16;
   const OpsTable* ops;
 };
 
 void attn_task(void* p, int64_t h) {
   const AttnCtx& c = *static_cast<const AttnCtx*>(p);
-  const int64_t kvh = h / c.group;
-  c.ops->attn_head(c.q + h * c.hd, c.kc + kvh * c.max_ctx * c.hd, c.vc + kvh * c.max_ctx * c.hd, c.t, c.hd,
-                   c.scores + h * c.max_ctx, c.out + h * c.hd);
+  const int64_t off = (h / c.group) * c.max_ctx * c.hd;
+  if (c.f16)
+    c.ops->attn_head_f16(c.q + h * c.hd, static_cast<const uint16_t*>(c.kc) + off,
+                         static_cast<const uint16_t*>(c.vc) + off, c.t, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd);
+  else
+    c.ops->attn_head(c.q + h * c.hd, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off,
+                     c.t, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd);
 }
 
 }  // namespace
 
 void Decoder::attention(const DecoderLayer& L, int64_t t) {
   AttnCtx c{this, q_.data(), L.kc, L.vc, att_.data(), scores_.data(), t, s_.hd, s_.n_heads / s_.n_kv, s_.max_ctx,
-            &active_kernels().ops};
+            s_.kv_f16, &active_kernels().ops};
   pool_run(s_.n_heads, attn_task, &c);
 }
 
@@ -76,8 +82,14 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
     rope(k_.data(), s_.n_kv, hd, C, S);
     for (float& v : q_) v *= qscale;
     for (int64_t h = 0; h < s_.n_kv; ++h) {
-      std::copy(k_.data() + h * hd, k_.data() + (h + 1) * hd, L.kc + (h * s_.max_ctx + pos) * hd);
-      std::copy(v_.data() + h * hd, v_.data() + (h + 1) * hd, L.vc + (h * s_.max_ctx + pos) * hd);
+      const int64_t at = (h * s_.max_ctx + pos) * hd;
+      if (s_.kv_f16) {
+        ops.f32_to_f16_row(k_.data() + h * hd, static_cast<uint16_t*>(L.kc) + at, hd);
+        ops.f32_to_f16_row(v_.data() + h * hd, static_cast<uint16_t*>(L.vc) + at, hd);
+      } else {
+        std::copy(k_.data() + h * hd, k_.data() + (h + 1) * hd, static_cast<float*>(L.kc) + at);
+        std::copy(v_.data() + h * hd, v_.data() + (h + 1) * hd, static_cast<float*>(L.vc) + at);
+      }
     }
     attention(L, pos + 1);
     if (L.attn_sub) ops.rmsnorm(att_.data(), L.attn_sub, (int64_t)att_.size(), s_.eps, att_.data());

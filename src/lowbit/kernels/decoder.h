@@ -17,14 +17,15 @@ struct DecoderLayer {
   const float* ln2 = nullptr;       // [hidden]
   const float* attn_sub = nullptr;  // [heads*hd] or null (BitNet)
   const float* ffn_sub = nullptr;   // [inter] or null (BitNet)
-  float* kc = nullptr;              // [kv_heads][max_ctx][hd], this layer's slice of the static cache
-  float* vc = nullptr;
+  void* kc = nullptr;               // [kv_heads][max_ctx][hd], this layer's slice of the static cache,
+  void* vc = nullptr;               // float32 or float16 (DecoderShape::kv_f16)
 };
 
 struct DecoderShape {
   int64_t hidden, n_heads, n_kv, hd, inter, max_ctx;
   float eps;
-  int act;  // 0 SiLU, 1 squared ReLU
+  int act;      // 0 SiLU, 1 squared ReLU
+  bool kv_f16;  // the cache holds float16
 };
 
 class Decoder {

@@ -13,6 +13,21 @@
 #include "ops.inc"
 #undef LOWBIT_OPS_NS
 
+namespace lowbit::ops_avx512 {
+void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + i)));
+  }
+}
+void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+}  // namespace lowbit::ops_avx512
+
 namespace lowbit {
 namespace {
 
@@ -378,7 +393,7 @@ const KernelTable& kernels_avx512() {
   static const KernelTable t{"avx512", gemm_int_avx512, gemm_float_avx512<float>, gemm_float_avx512<uint16_t>, read_avx512,
                              bf16_x_layout, bf16_x_stride,
                              OpsTable{quantize_row_avx512, ops_avx512::rmsnorm, ops_avx512::attn_head,
-                                      ops_avx512::act_mul}};
+                                      ops_avx512::act_mul, ops_avx512::attn_head_f16, ops_avx512::f32_to_f16_row}};
   return t;
 }
 

@@ -7,6 +7,15 @@
 #define LOWBIT_OPS_NS ops_scalar
 #include "ops.inc"
 
+namespace lowbit::ops_scalar {
+void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+}  // namespace lowbit::ops_scalar
+
 namespace lowbit {
 namespace {
 

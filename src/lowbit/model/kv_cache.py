@@ -1,6 +1,7 @@
 """The static KV cache (NITRO's fixed-size cache): allocated once at the maximum context.
 
-    k, v: float32 [layers, kv_heads, max_ctx, head_dim]
+    k, v: [layers, kv_heads, max_ctx, head_dim], float16 (the default for quantized models: half the bytes
+          attention reads per token, as llama.cpp and bitnet.cpp keep it) or float32 (the f32 reference path)
 
 Positions 0..length-1 are filled; attention reads only that part (k[l, :, :length]). np.zeros maps
 the buffer lazily, so memory grows with the filled length, not with max_ctx. `tokens` remembers which
@@ -16,12 +17,15 @@ class ContextOverflowError(ValueError):
 
 
 class KVCache:
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int):
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int, dtype=np.float32):
         if max_ctx < 1:
             raise ValueError(f"max context must be >= 1, got {max_ctx}")
+        dtype = np.dtype(dtype)
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
+            raise ValueError(f"the KV cache is float32 or float16, not {dtype}")
         shape = (n_layers, n_kv_heads, max_ctx, head_dim)
-        self.k = np.zeros(shape, np.float32)  # k: [layers, kv_heads, max_ctx, head_dim]
-        self.v = np.zeros(shape, np.float32)  # v: [layers, kv_heads, max_ctx, head_dim]
+        self.k = np.zeros(shape, dtype)  # k: [layers, kv_heads, max_ctx, head_dim]
+        self.v = np.zeros(shape, dtype)  # v: [layers, kv_heads, max_ctx, head_dim]
         self.max_ctx = max_ctx
         self.length = 0
         self.tokens: list[int] = []  # the ids whose K/V are in positions 0..length-1

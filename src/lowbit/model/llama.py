@@ -105,6 +105,14 @@ class Block:
         x += self.o(o)
         return x
 
+    def _kv(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """The filled cache, float32 [kv_heads, t, hd] each (a float16 cache is widened once: numpy's
+        matmul on mixed dtypes would not use BLAS)."""
+        kc, vc = self.kc[:, :t], self.vc[:, :t]
+        if kc.dtype != np.float32:
+            kc, vc = kc.astype(np.float32), vc.astype(np.float32)
+        return kc, vc
+
     def decode(self, x: np.ndarray, pos: int) -> np.ndarray:
         """x: [1, hidden] at position pos -> [1, hidden]; writes K/V at pos."""
         q, k, v = self._qkv(x, pos)
@@ -112,8 +120,9 @@ class Block:
         self.vc[:, pos] = v[0]
         t = pos + 1
         qg = q.reshape(self.n_kv, self.group, self.hd)  # [kv, g, hd]
-        s = np.matmul(qg, self.kc[:, :t].transpose(0, 2, 1))  # [kv, g, t]
-        o = np.matmul(_softmax_(s), self.vc[:, :t])  # [kv, g, hd]
+        kc, vc = self._kv(t)
+        s = np.matmul(qg, kc.transpose(0, 2, 1))  # [kv, g, t]
+        o = np.matmul(_softmax_(s), vc)  # [kv, g, hd]
         x = self._out(x, o.reshape(1, self.n_heads * self.hd))
         return self._mlp(x)
 
@@ -125,9 +134,10 @@ class Block:
         self.vc[:, pos:pos + n] = v.transpose(1, 0, 2)
         t = pos + n
         qg = q.reshape(n, self.n_kv, self.group, self.hd).transpose(1, 2, 0, 3)  # [kv, g, n, hd]
-        s = np.matmul(qg, self.kc[:, None, :t].transpose(0, 1, 3, 2))  # [kv, g, n, t]
+        kc, vc = self._kv(t)
+        s = np.matmul(qg, kc[:, None].transpose(0, 1, 3, 2))  # [kv, g, n, t]
         s += mask
-        o = np.matmul(_softmax_(s), self.vc[:, None, :t])  # [kv, g, n, hd]
+        o = np.matmul(_softmax_(s), vc[:, None])  # [kv, g, n, hd]
         x = self._out(x, o.transpose(2, 0, 1, 3).reshape(n, self.n_heads * self.hd))
         return self._mlp(x)
 
@@ -153,7 +163,12 @@ class Model:
         weights = self.sanitize(dict(weights))
         self._weights = weights
         self.max_context = int(max_context or min(args.max_position_embeddings, DEFAULT_MAX_CONTEXT))
-        self.cache = KVCache(args.num_hidden_layers, args.num_key_value_heads, args.head_dim, self.max_context)
+        # float16 K/V for quantized models (half the bytes attention reads); float32 on the f32 reference path
+        q0 = weights.get("model.layers.0.self_attn.q_proj.weight")
+        q_format = q0.format if isinstance(q0, PackedWeight) else (format or "f32")
+        kv_dtype = np.float32 if q_format == "f32" else np.float16
+        self.cache = KVCache(args.num_hidden_layers, args.num_key_value_heads, args.head_dim, self.max_context,
+                             kv_dtype)
         self.rope = Rope(args.head_dim, self.max_context, args.rope_theta, args.rope_scaling)
         self.embed = Embedding(self._get("model.embed_tokens.weight"))  # [vocab, hidden]
         self.layers = [Block(self, i, self._get) for i in range(args.num_hidden_layers)]

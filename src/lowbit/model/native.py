@@ -54,11 +54,13 @@ class NativeDecoder:
         rope = model.rope
         C = np.ascontiguousarray(rope.C, np.float32)
         S = np.ascontiguousarray(rope.S, np.float32)
+        kv_f16 = model.cache.k.dtype == np.float16
         dec = _native.Decoder(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
-                              a.intermediate_size, model.cache.max_ctx, float(a.rms_norm_eps), act, C, S)
+                              a.intermediate_size, model.cache.max_ctx, float(a.rms_norm_eps), act, C, S, kv_f16)
         keep = [C, S, head]
         for lins, blk in layers:
-            dec.add_layer(lins, blk.ln1, blk.ln2, blk.attn_sub, blk.ffn_sub, blk.kc, blk.vc)
+            kc, vc = (blk.kc.view(np.uint16), blk.vc.view(np.uint16)) if kv_f16 else (blk.kc, blk.vc)
+            dec.add_layer(lins, blk.ln1, blk.ln2, blk.attn_sub, blk.ffn_sub, kc, vc)
             keep.append(lins)
         dec.set_output(model.norm, head)
         return cls(dec, model.lm_head.shape[0], keep)
