@@ -20,11 +20,12 @@ IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTa
   j.ldy = w.M;
   j.tok_chunk = a.N > kTokChunk ? kTokChunk : std::max<int64_t>(a.N, 1);
   j.n_tok_chunks = (a.N + j.tok_chunk - 1) / j.tok_chunk;
-  // About four tasks per thread: enough to balance uneven cores, few enough that each task streams
-  // through consecutive blocks (the software prefetch runs across block boundaries) instead of
-  // restarting the stream every 64 rows.
-  const int64_t want = 4 * (int64_t)pool_threads();
-  j.blocks_per_task = std::max<int64_t>(1, (w.Mb * j.n_tok_chunks + want - 1) / want);
+  // Sixteen tasks per thread, so the thread that finishes last idles the others for little time, but no
+  // task under ~256 KiB: each task streams through consecutive blocks (the software prefetch runs across
+  // block boundaries) instead of restarting the stream every 64 rows.
+  const int64_t want = 16 * (int64_t)pool_threads();
+  const int64_t block_bytes = w.nch() * 256, min_blocks = std::max<int64_t>(1, (256 << 10) / block_bytes);
+  j.blocks_per_task = std::max<int64_t>(min_blocks, (w.Mb * j.n_tok_chunks + want - 1) / want);
   if (j.n_tok_chunks > 1) j.blocks_per_task = 1;
   j.k = k;
   return j;
