@@ -78,4 +78,6 @@ def test_f16_conversion_matches_numpy(isa, rng):
                                   1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, np.inf, -np.inf], np.float32)])
     out = np.empty(x.size, np.uint16)
     _native.f32_to_f16(x, out)
-    np.testing.assert_array_equal(out, x.astype(np.float16).view(np.uint16))
+    with np.errstate(over="ignore"):  # values past 65504 round to inf on purpose
+        want = x.astype(np.float16).view(np.uint16)
+    np.testing.assert_array_equal(out, want)
