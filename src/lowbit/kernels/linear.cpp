@@ -20,13 +20,16 @@ IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTa
   j.ldy = w.M;
   j.tok_chunk = a.N > kTokChunk ? kTokChunk : std::max<int64_t>(a.N, 1);
   j.n_tok_chunks = (a.N + j.tok_chunk - 1) / j.tok_chunk;
-  // Sixteen tasks per thread, so the thread that finishes last idles the others for little time, but no
-  // task under ~256 KiB: each task streams through consecutive blocks (the software prefetch runs across
-  // block boundaries) instead of restarting the stream every 64 rows.
-  const int64_t want = 16 * (int64_t)pool_threads();
-  const int64_t block_bytes = w.nch() * 256, min_blocks = std::max<int64_t>(1, (256 << 10) / block_bytes);
-  j.blocks_per_task = std::max<int64_t>(min_blocks, (w.Mb * j.n_tok_chunks + want - 1) / want);
-  if (j.n_tok_chunks > 1) j.blocks_per_task = 1;
+  j.bounds.push_back(0);
+  if (j.n_tok_chunks > 1) {  // prefill: compute-bound, one block per task
+    for (int64_t b = 1; b <= w.Mb; ++b) j.bounds.push_back(b);
+  } else {  // guided: each run takes 1/(2T) of what is left
+    const int64_t T = pool_threads();
+    for (int64_t b = 0; b < w.Mb;) {
+      b += std::max<int64_t>(1, (w.Mb - b) / (2 * T));
+      j.bounds.push_back(std::min(b, w.Mb));
+    }
+  }
   j.k = k;
   return j;
 }
@@ -34,7 +37,7 @@ IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTa
 void int_task(void* p, int64_t t) {
   const IntJob& j = *static_cast<const IntJob*>(p);
   const int64_t run = t / j.n_tok_chunks, tc = t % j.n_tok_chunks;
-  const int64_t b0 = run * j.blocks_per_task, b1 = std::min(j.w.Mb, b0 + j.blocks_per_task);
+  const int64_t b0 = j.bounds[run], b1 = j.bounds[run + 1];
   const int64_t n0 = tc * j.tok_chunk, n1 = std::min(j.a.N, n0 + j.tok_chunk);
   // The software prefetch inside the kernel runs kPrefetchBytes ahead; cover the start of the run.
   const uint8_t* start = j.w.codes + b0 * j.w.nch() * 256;

@@ -13,9 +13,12 @@ struct IntJob {
   ActQ a;
   float* y;
   int64_t ldy, tok_chunk, n_tok_chunks;
-  int64_t blocks_per_task;  // a task is a run of consecutive row blocks: one long, prefetchable stream
+  // Task r covers row blocks [bounds[r], bounds[r+1]): a run of consecutive blocks is one long,
+  // prefetchable stream. Runs shrink as the work is handed out (guided scheduling): long first runs,
+  // single blocks at the end, so threads reach the join together.
+  std::vector<int64_t> bounds;
   const KernelTable* k;
-  int64_t tasks() const { return (w.Mb + blocks_per_task - 1) / blocks_per_task * n_tok_chunks; }
+  int64_t tasks() const { return ((int64_t)bounds.size() - 1) * n_tok_chunks; }
 };
 IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTable* k);
 void int_task(void* p, int64_t t);
