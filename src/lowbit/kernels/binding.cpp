@@ -204,6 +204,7 @@ std::tuple<std::string, double> gemm_tq1(std::vector<std::tuple<Arr<const uint8_
 // A projection for the native decoder, from a tuple built by lowbit.model.native:
 //   ("int", codes, scale, offset|None, zc, bits, M, K, Kp, group, bias|None)
 //   ("f32" | "bf16", weight [M, K], bias|None)
+//   ("tq1", codes, scale, M, K, Kp, group, bias|None)
 LinearRef linear_from_tuple(nb::handle h) {
   nb::tuple t = nb::cast<nb::tuple>(h);
   const std::string kind = nb::cast<std::string>(t[0]);
@@ -229,6 +230,20 @@ LinearRef linear_from_tuple(nb::handle h) {
     L.M = M;
     L.K = K;
     L.bias = bias(10);
+  } else if (kind == "tq1") {  // ("tq1", codes, scale, M, K, Kp, group, bias|None)
+    auto codes = nb::cast<Arr<const uint8_t, nb::ndim<1>>>(t[1]);
+    auto scale = nb::cast<Arr<const uint16_t, nb::ndim<1>>>(t[2]);
+    const int64_t M = nb::cast<int64_t>(t[3]), K = nb::cast<int64_t>(t[4]), Kp = nb::cast<int64_t>(t[5]);
+    const int64_t group = nb::cast<int64_t>(t[6]);
+    const int64_t Mb = (M + kRowBlock - 1) / kRowBlock, G = (Kp + group - 1) / group;
+    require(Kp % kTq1KC == 0 && (group % kTq1KC == 0 || group == Kp), "tq1: Kp and group must be multiples of 20");
+    require(codes.shape(0) == (size_t)(Mb * (Kp / kTq1KC) * kTq1ChunkBytes), "tq1: packed codes have the wrong size");
+    require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "tq1: scales have the wrong size");
+    L.kind = 3;
+    L.tq = TQ1Weights{codes.data(), scale.data(), M, Kp, group, Mb, G};
+    L.M = M;
+    L.K = K;
+    L.bias = bias(7);
   } else if (kind == "f32" || kind == "bf16") {
     auto w = nb::cast<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>>>(t[1]);
     require(w.dtype() == (kind == "f32" ? nb::dtype<float>() : nb::dtype<uint16_t>()), "float weight dtype mismatch");

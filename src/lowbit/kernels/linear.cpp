@@ -97,6 +97,16 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
         done[j] = true;
       }
       pool_run(m.tasks(), multi_int_task, &m);
+    } else if (L.kind == 3) {
+      const int64_t Kp = L.tq.Kp, group = L.tq.group, G = L.tq.G;
+      s.q.resize(N * Kp);
+      s.scale.resize(N * G);
+      s.sum.resize(N * G);
+      for (int64_t t = 0; t < N; ++t)
+        k->ops.quantize_row(x + t * L.K, L.K, Kp, group, s.q.data() + t * Kp, s.scale.data() + t * G, s.sum.data() + t * G);
+      const char* path = nullptr;
+      tq1_run(L.tq, ActQ{s.q.data(), s.scale.data(), s.sum.data(), N, Kp, group, G}, ys[i], tq1_kernel(&path));
+      done[i] = true;
     } else {
       FloatJob j{L.fw, x, N, ys[i], L.kind == 2, k};
       if (j.bf16 && k->bf16_x_layout) {

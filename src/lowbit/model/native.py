@@ -13,6 +13,7 @@ import numpy as np
 from lowbit import _native
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import IntCodeWeight
+from lowbit.formats.tq1 import TQ1Weight
 
 ACTS = {"silu": 0, "swish": 0, "relu2": 1}
 
@@ -23,6 +24,8 @@ def linear_tuple(lin):
     if isinstance(w, IntCodeWeight):
         return ("int", w.codes, w._scale_u16, w._offset_u16, float(w.zc or 0.0), w.bits, w.shape[0], w.shape[1],
                 w.kp, w.group, b)
+    if isinstance(w, TQ1Weight):
+        return ("tq1", w.codes, w._scale_u16, w.shape[0], w.shape[1], w.kp, w.group, b)
     if isinstance(w, F32Weight):
         return ("f32", np.ascontiguousarray(w.w, np.float32), b)
     if isinstance(w, BF16Weight):
