@@ -138,7 +138,7 @@ def test_bad_inputs_raise_clear_errors(rng):
         quantize(np.ones((4, 64), np.float32), "int3")
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)  # reproducible in CI
 @given(m=st.integers(1, 300), k=st.integers(1, 700), n=st.integers(1, 7),
        fmt=st.sampled_from(INT_FORMATS), seed=st.integers(0, 2**31))
 def test_property_any_shape(m, k, n, fmt, seed):

@@ -136,7 +136,7 @@ def test_bad_arguments_raise_value_error(rng):
         TQ1Weight.from_ternary(np.full((2, 3), 2, np.int8), 1.0)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)  # reproducible in CI
 @given(m=st.integers(1, 150), k=st.integers(1, 300), n=st.integers(1, 6), seed=st.integers(0, 2**31),
        group=st.sampled_from([None, 20, 40, 100]))
 def test_property_random_shapes(m, k, n, seed, group):
