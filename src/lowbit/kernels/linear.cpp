@@ -23,12 +23,18 @@ IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTa
   j.bounds.push_back(0);
   if (j.n_tok_chunks > 1) {  // prefill: compute-bound, one block per task
     for (int64_t b = 1; b <= w.Mb; ++b) j.bounds.push_back(b);
-  } else {  // guided: each run takes 1/(2T) of what is left
+  } else {
+    // T long runs over ~80 % of the blocks (each thread streams one contiguous range), then runs of
+    // ~1/(4T) of the rest for the tail, so threads reach the join together. Measured against guided
+    // self-scheduling (more, shrinking runs: more stream starts), alternating in one process: equal or
+    // better on every bitnet-2b / bitnet-0.7b shape, e.g. 640x2560 ternary 45% -> 54% of the roof.
     const int64_t T = pool_threads();
-    for (int64_t b = 0; b < w.Mb;) {
-      b += std::max<int64_t>(1, (w.Mb - b) / (2 * T));
-      j.bounds.push_back(std::min(b, w.Mb));
-    }
+    const int64_t head = w.Mb * 4 / 5 / T;
+    int64_t b = 0;
+    if (head >= 1)
+      for (int64_t t = 0; t < T; ++t) j.bounds.push_back(b += head);
+    const int64_t tail = std::max<int64_t>(1, (w.Mb - b) / (4 * T));
+    while (b < w.Mb) j.bounds.push_back(b = std::min(w.Mb, b + tail));
   }
   j.k = k;
   return j;

@@ -15,8 +15,7 @@ struct IntJob {
   float* y;
   int64_t ldy, tok_chunk, n_tok_chunks;
   // Task r covers row blocks [bounds[r], bounds[r+1]): a run of consecutive blocks is one long,
-  // prefetchable stream. Runs shrink as the work is handed out (guided scheduling): long first runs,
-  // single blocks at the end, so threads reach the join together.
+  // prefetchable stream. One long run per thread first, then short runs for the tail (linear.cpp).
   std::vector<int64_t> bounds;
   const KernelTable* k;
   int64_t tasks() const { return ((int64_t)bounds.size() - 1) * n_tok_chunks; }
