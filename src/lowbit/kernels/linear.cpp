@@ -81,6 +81,21 @@ void float_task(void* p, int64_t t) {
   (j.bf16 ? j.k->gemm_bf16 : j.k->gemm_f32)(j.w, j.x, j.N, j.y, j.w.M, b0, b1);
 }
 
+namespace {
+
+// x [N][K] -> its int8 quantization per token and group, in s.
+ActQ quantize_input(const float* x, int64_t N, int64_t K, int64_t Kp, int64_t group, int64_t G, ActScratch& s,
+                    const KernelTable* k) {
+  s.q.resize(N * Kp);
+  s.scale.resize(N * G);
+  s.sum.resize(N * G);
+  for (int64_t t = 0; t < N; ++t)
+    k->ops.quantize_row(x + t * K, K, Kp, group, s.q.data() + t * Kp, s.scale.data() + t * G, s.sum.data() + t * G);
+  return ActQ{s.q.data(), s.scale.data(), s.sum.data(), N, Kp, group, G};
+}
+
+}  // namespace
+
 void run_linears(const LinearRef* const* lins, float* const* ys, int n, const float* x, int64_t N, ActScratch& s) {
   const KernelTable* k = &active_kernels();
   std::vector<bool> done(n, false);
@@ -88,13 +103,8 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
     if (done[i]) continue;
     const LinearRef& L = *lins[i];
     if (L.kind == 0) {
-      const int64_t Kp = L.iw.Kp, group = L.iw.group, G = L.iw.G;
-      s.q.resize(N * Kp);
-      s.scale.resize(N * G);
-      s.sum.resize(N * G);
-      for (int64_t t = 0; t < N; ++t)
-        k->ops.quantize_row(x + t * L.K, L.K, Kp, group, s.q.data() + t * Kp, s.scale.data() + t * G, s.sum.data() + t * G);
-      const ActQ a{s.q.data(), s.scale.data(), s.sum.data(), N, Kp, group, G};
+      const int64_t Kp = L.iw.Kp, group = L.iw.group;
+      const ActQ a = quantize_input(x, N, L.K, Kp, group, L.iw.G, s, k);
       MultiIntJob m;
       for (int j = i; j < n; ++j) {
         const LinearRef& J = *lins[j];
@@ -104,14 +114,8 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
       }
       pool_run(m.tasks(), multi_int_task, &m);
     } else if (L.kind == 3) {
-      const int64_t Kp = L.tq.Kp, group = L.tq.group, G = L.tq.G;
-      s.q.resize(N * Kp);
-      s.scale.resize(N * G);
-      s.sum.resize(N * G);
-      for (int64_t t = 0; t < N; ++t)
-        k->ops.quantize_row(x + t * L.K, L.K, Kp, group, s.q.data() + t * Kp, s.scale.data() + t * G, s.sum.data() + t * G);
       const char* path = nullptr;
-      tq1_run(L.tq, ActQ{s.q.data(), s.scale.data(), s.sum.data(), N, Kp, group, G}, ys[i], tq1_kernel(&path));
+      tq1_run(L.tq, quantize_input(x, N, L.K, L.tq.Kp, L.tq.group, L.tq.G, s, k), ys[i], tq1_kernel(&path));
       done[i] = true;
     } else {
       FloatJob j{L.fw, x, N, ys[i], L.kind == 2, k};
