@@ -49,3 +49,22 @@ def test_native_decode_matches_python(isa, model_type, fmt):
         tol = max(tol, 2.0**-10)
     np.testing.assert_allclose(model.cache.k[:, :, :len(prompt) + len(steps)], ref_k, rtol=0,
                                atol=tol * np.abs(ref_k).max())
+
+
+@pytest.mark.parametrize("fmt", ["f32", "int8"])  # float32 and float16 KV caches
+def test_native_prefill_attention_matches_numpy(isa, fmt, monkeypatch):
+    from lowbit.model import llama
+
+    cfg = config("llama")
+    model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=64)
+    ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+    model.reset()
+    model.prefill(ids[:4])
+    native = model.prefill(ids[4:], all_logits=True)  # attends to cached and new positions
+    monkeypatch.setattr(llama.Block, "prefill", llama.Block.prefill_numpy)
+    model.reset()
+    model.prefill(ids[:4])
+    ref = model.prefill(ids[4:], all_logits=True)
+    tol = 1e-5 if fmt == "f32" else 5e-2  # int8: one activation may round one step apart (see above)
+    np.testing.assert_allclose(native, ref, rtol=0, atol=tol * np.abs(ref).max())
+    assert (np.argmax(native, axis=1) == np.argmax(ref, axis=1)).all()

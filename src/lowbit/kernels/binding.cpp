@@ -258,6 +258,52 @@ LinearRef linear_from_tuple(nb::handle h) {
   return L;
 }
 
+// Causal attention of n new tokens (prefill) over the static cache, heads x tokens on the pool.
+// q: [n, heads, hd] (RoPE'd and scaled), cache: [kv_heads, max_ctx, hd] float32 or float16 (as uint16),
+// positions pos..pos+n-1 already written; out: [n, heads*hd].
+struct PrefillAttn {
+  const float* q;
+  const void *kc, *vc;
+  float* out;
+  int64_t n, heads, hd, group, max_ctx, pos;
+  bool f16;
+  const OpsTable* ops;
+};
+
+void prefill_attn_task(void* p, int64_t task) {
+  const PrefillAttn& c = *static_cast<const PrefillAttn*>(p);
+  thread_local std::vector<float> scores;
+  const int64_t i = task / c.heads, h = task % c.heads, t = c.pos + i + 1;
+  if ((int64_t)scores.size() < t) scores.resize(t);
+  const int64_t off = (h / c.group) * c.max_ctx * c.hd;
+  const float* q = c.q + (i * c.heads + h) * c.hd;
+  float* o = c.out + (i * c.heads + h) * c.hd;
+  if (c.f16)
+    c.ops->attn_head_f16(q, static_cast<const uint16_t*>(c.kc) + off, static_cast<const uint16_t*>(c.vc) + off, t, c.hd,
+                         scores.data(), o);
+  else
+    c.ops->attn_head(q, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off, t, c.hd,
+                     scores.data(), o);
+}
+
+void attention_prefill(Arr<const float, nb::ndim<3>> q, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<3>> kc,
+                       nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<3>> vc, int64_t pos,
+                       Arr<float, nb::ndim<2>> out) {
+  const int64_t n = q.shape(0), heads = q.shape(1), hd = q.shape(2);
+  const int64_t kv = kc.shape(0), max_ctx = kc.shape(1);
+  const bool f16 = kc.dtype() == nb::dtype<uint16_t>();
+  require(f16 || kc.dtype() == nb::dtype<float>(), "the KV cache must be float32 or float16 (as uint16)");
+  require(vc.dtype() == kc.dtype() && vc.shape(0) == kc.shape(0) && vc.shape(1) == kc.shape(1) && vc.shape(2) == kc.shape(2),
+          "k and v caches must match");
+  require(kc.shape(2) == (size_t)hd && kv > 0 && heads % kv == 0, "cache must be [kv_heads, max_ctx, hd] with heads % kv_heads == 0");
+  require(hd <= 512, "head_dim above 512 is not supported");
+  require(pos >= 0 && pos + n <= max_ctx, "positions outside the cache");
+  require(out.shape(0) == (size_t)n && out.shape(1) == (size_t)(heads * hd), "out must be [n, heads*hd]");
+  PrefillAttn c{q.data(), kc.data(), vc.data(), out.data(), n, heads, hd, heads / kv, max_ctx, pos, f16, &active_kernels().ops};
+  nb::gil_scoped_release release;
+  pool_run(n * heads, prefill_attn_task, &c);
+}
+
 nb::dict cpu_info() {
   const CpuFeatures& f = cpu_features();
   nb::dict d, feats;
@@ -371,6 +417,7 @@ NB_MODULE(_native, m) {
     require(out.shape(0) == x.shape(0), "out must match x");
     active_kernels().ops.f32_to_f16_row(x.data(), out.data(), (int64_t)x.shape(0));
   }, "float32 -> float16 bits with the active ISA's converter (the KV cache write), for tests");
+  m.def("attention_prefill", &attention_prefill, nb::arg("q"), nb::arg("kc"), nb::arg("vc"), nb::arg("pos"), nb::arg("out"));
   m.def("read_bandwidth", &bandwidth, nb::arg("buf"), nb::arg("passes"));
   m.def("pool_overhead", [](int iters) { return pool_overhead(iters); }, nb::arg("iters"));
 }

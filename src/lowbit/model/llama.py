@@ -17,6 +17,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from lowbit import _native
 from lowbit._runtime import single_threaded_blas
 from lowbit.formats import Activations, PackedWeight, matmul_many
 from lowbit.model.config import ModelArgs
@@ -128,6 +129,18 @@ class Block:
 
     def prefill(self, x: np.ndarray, pos: int, mask: np.ndarray) -> np.ndarray:
         """x: [n, hidden] at positions pos..pos+n-1; mask: [n, pos+n] (0 or -inf) -> [n, hidden]."""
+        n = x.shape[0]
+        q, k, v = self._qkv(x, pos)
+        self.kc[:, pos:pos + n] = k.transpose(1, 0, 2)
+        self.vc[:, pos:pos + n] = v.transpose(1, 0, 2)
+        o = np.empty((n, self.n_heads * self.hd), np.float32)  # causal attention, heads x tokens on the pool
+        kc, vc = (self.kc, self.vc) if self.kc.dtype == np.float32 else (self.kc.view(np.uint16), self.vc.view(np.uint16))
+        _native.attention_prefill(np.ascontiguousarray(q), kc, vc, pos, o)
+        x = self._out(x, o)
+        return self._mlp(x)
+
+    def prefill_numpy(self, x: np.ndarray, pos: int, mask: np.ndarray) -> np.ndarray:
+        """prefill() with the attention in numpy: the reference the native attention is tested against."""
         n = x.shape[0]
         q, k, v = self._qkv(x, pos)
         self.kc[:, pos:pos + n] = k.transpose(1, 0, 2)
