@@ -18,7 +18,6 @@ from lowbit.bench import bandwidth, memory
 from lowbit.bench.gemv import random_weight
 from lowbit.bench.shapes import MODEL_SHAPES
 from lowbit.formats import PackedWeight
-from lowbit.formats.floats import BF16Weight
 
 LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")

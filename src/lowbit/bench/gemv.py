@@ -77,10 +77,6 @@ def random_weight(fmt: str, m: int, k: int, rng: np.random.Generator):
     return cls((m, k), group, codes, scale, offset)
 
 
-def _arrays(pw):
-    return pw.state()[1]
-
-
 def _timer(pw, n_tokens: int, copies: list, rng):
     """Returns f(iters) -> seconds for `iters` calls over the copies."""
     m, k = pw.shape

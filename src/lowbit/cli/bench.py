@@ -1,7 +1,6 @@
 """`lowbit bench bandwidth|gemv|e2e`: speed against the machine's memory bandwidth."""
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import sys

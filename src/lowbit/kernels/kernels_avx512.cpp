@@ -33,6 +33,11 @@ namespace {
 
 constexpr int kPrefetch = kPrefetchBytes;
 
+// The four lines of the 256-byte chunk kPrefetch bytes ahead in the weight stream.
+inline void prefetch_chunk(const uint8_t* chunk) {
+  for (int l = 0; l < 256; l += 64) _mm_prefetch((const char*)chunk + kPrefetch + l, _MM_HINT_T0);
+}
+
 // acc += u8 x s8 in groups of four. Inline asm ties the accumulator to one register: with the intrinsic,
 // GCC 12 copies every accumulator around each vpdpbusd and spills them in the decode loop.
 // The s8 operand is four activation bytes broadcast from memory ({1to16}: no broadcast register).
@@ -62,10 +67,7 @@ inline void block_int(const IntWeights& w, const ActQ& a, int64_t blk, int64_t n
         for (int u = 0; u < S; ++u) acc[n][t][u] = _mm512_setzero_si512();
     for (int64_t c = c0; c < c1; ++c) {
       const uint8_t* chunk = wb + c * 256;
-      _mm_prefetch((const char*)chunk + kPrefetch, _MM_HINT_T0);
-      _mm_prefetch((const char*)chunk + kPrefetch + 64, _MM_HINT_T0);
-      _mm_prefetch((const char*)chunk + kPrefetch + 128, _MM_HINT_T0);
-      _mm_prefetch((const char*)chunk + kPrefetch + 192, _MM_HINT_T0);
+      prefetch_chunk(chunk);
       const int8_t* qc = a.q + n0 * a.Kp + c * KC;
       __m512i v[4];
 #pragma GCC unroll 4
@@ -184,10 +186,7 @@ inline void block_gemv(const IntWeights& w, const ActQ& a, int64_t blk, float* y
     TileAcc t0{z, z, z, z}, t1{z, z, z, z}, t2{z, z, z, z}, t3{z, z, z, z};
     for (int64_t c = c0; c < c1; ++c) {
       const uint8_t* chunk = wb + c * 256;
-      _mm_prefetch((const char*)chunk + kPrefetch, _MM_HINT_T0);
-      _mm_prefetch((const char*)chunk + kPrefetch + 64, _MM_HINT_T0);
-      _mm_prefetch((const char*)chunk + kPrefetch + 128, _MM_HINT_T0);
-      _mm_prefetch((const char*)chunk + kPrefetch + 192, _MM_HINT_T0);
+      prefetch_chunk(chunk);
       const int8_t* qc = a.q + c * KC;
       tile_step<BITS>(chunk, qc, t0, k0, k1, k2, k3);
       tile_step<BITS>(chunk + 64, qc, t1, k0, k1, k2, k3);

@@ -127,25 +127,30 @@ class Block:
         x = self._out(x, o.reshape(1, self.n_heads * self.hd))
         return self._mlp(x)
 
-    def prefill(self, x: np.ndarray, pos: int, mask: np.ndarray) -> np.ndarray:
-        """x: [n, hidden] at positions pos..pos+n-1; mask: [n, pos+n] (0 or -inf) -> [n, hidden]."""
+    def _qkv_cached(self, x: np.ndarray, pos: int) -> np.ndarray:
+        """Projects x: [n, hidden] at positions pos..pos+n-1, writes K/V into the cache -> q [n, heads, hd]."""
         n = x.shape[0]
         q, k, v = self._qkv(x, pos)
         self.kc[:, pos:pos + n] = k.transpose(1, 0, 2)
         self.vc[:, pos:pos + n] = v.transpose(1, 0, 2)
+        return q
+
+    def prefill(self, x: np.ndarray, pos: int) -> np.ndarray:
+        """x: [n, hidden] at positions pos..pos+n-1 -> [n, hidden] (causal over the cache and the new rows)."""
+        n = x.shape[0]
+        q = self._qkv_cached(x, pos)
         o = np.empty((n, self.n_heads * self.hd), np.float32)  # causal attention, heads x tokens on the pool
         kc, vc = (self.kc, self.vc) if self.kc.dtype == np.float32 else (self.kc.view(np.uint16), self.vc.view(np.uint16))
         _native.attention_prefill(np.ascontiguousarray(q), kc, vc, pos, o)
         x = self._out(x, o)
         return self._mlp(x)
 
-    def prefill_numpy(self, x: np.ndarray, pos: int, mask: np.ndarray) -> np.ndarray:
+    def prefill_numpy(self, x: np.ndarray, pos: int) -> np.ndarray:
         """prefill() with the attention in numpy: the reference the native attention is tested against."""
         n = x.shape[0]
-        q, k, v = self._qkv(x, pos)
-        self.kc[:, pos:pos + n] = k.transpose(1, 0, 2)
-        self.vc[:, pos:pos + n] = v.transpose(1, 0, 2)
+        q = self._qkv_cached(x, pos)
         t = pos + n
+        mask = np.triu(np.full((n, t), -np.inf, np.float32), k=pos + 1)  # [n, t]: causal
         qg = q.reshape(n, self.n_kv, self.group, self.hd).transpose(1, 2, 0, 3)  # [kv, g, n, hd]
         kc, vc = self._kv(t)
         s = np.matmul(qg, kc[:, None].transpose(0, 1, 3, 2))  # [kv, g, n, t]
@@ -266,10 +271,9 @@ class Model:
         """ids: [m] at positions length.. -> normed hidden [m, hidden]; appends to the cache."""
         c = self.cache
         pos, m = c.length, len(ids)
-        mask = np.triu(np.full((m, pos + m), -np.inf, np.float32), k=pos + 1)  # [m, pos+m]
         x = self.embed(ids)  # [m, hidden]
         for blk in self.layers:
-            x = blk.prefill(x, pos, mask)
+            x = blk.prefill(x, pos)
         c.length += m
         c.tokens.extend(ids)
         return rms_norm(x, self.norm, self.args.rms_norm_eps)
