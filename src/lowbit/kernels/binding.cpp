@@ -47,25 +47,35 @@ void quantize_act(Arr<const float, nb::ndim<2>> x, Arr<int8_t, nb::ndim<2>> q, A
   quantize_activations(x.data(), N, K, K, Kp, group, q.data(), scale.data(), sum.data());
 }
 
+using U8 = Arr<const uint8_t, nb::ndim<1>>;
+using U16 = Arr<const uint16_t, nb::ndim<1>>;
+
+// One packed integer-code weight, checked against its M, Kp, group and width: every entry point that
+// takes one (gemm_int, gemm_int_multi, bench_int, the decoder's projections) builds it here.
+IntWeights checked_int_weights(const U8& codes, const U16& scale, const std::optional<U16>& offset, float zc, int bits,
+                               int64_t M, int64_t Kp, int64_t group) {
+  require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
+  require(M > 0, "M must be positive");
+  require(Kp > 0 && Kp % kKAlign == 0, "Kp must be a positive multiple of 64");
+  require(group > 0 && (group % kGroupAlign == 0 || group == Kp), "group must be a multiple of 32 or Kp");
+  const int64_t Mb = (M + kRowBlock - 1) / kRowBlock, G = (Kp + group - 1) / group;
+  require(codes.shape(0) == (size_t)(Mb * Kp * kRowBlock * bits / 8), "packed codes have the wrong size for M, Kp, bits");
+  require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "scales have the wrong size for M, Kp, group");
+  if (offset) require(offset->shape(0) == scale.shape(0), "offsets must match scales");
+  return IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G};
+}
+
 void gemm_int(Arr<const uint8_t, nb::ndim<1>> codes, Arr<const uint16_t, nb::ndim<1>> scale,
               std::optional<Arr<const uint16_t, nb::ndim<1>>> offset, float zc, int bits, int64_t M, int64_t Kp,
               int64_t group, Arr<const int8_t, nb::ndim<2>> q, Arr<const float, nb::ndim<2>> sx,
               Arr<const int32_t, nb::ndim<2>> sumx, Arr<float, nb::ndim<2>> y) {
-  require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
-  require(Kp > 0 && Kp % kKAlign == 0, "Kp must be a positive multiple of 64");
-  require(group > 0 && (group % kGroupAlign == 0 || group == Kp), "group must be a multiple of 32 or Kp");
-  const int64_t Mb = (M + kRowBlock - 1) / kRowBlock, G = (Kp + group - 1) / group;
-  const int64_t N = q.shape(0);
-  require(codes.shape(0) == (size_t)(Mb * Kp * kRowBlock * bits / 8), "packed codes have the wrong size for M, Kp, bits");
-  require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "scales have the wrong size for M, Kp, group");
-  if (offset) require(offset->shape(0) == scale.shape(0), "offsets must match scales");
+  const IntWeights w = checked_int_weights(codes, scale, offset, zc, bits, M, Kp, group);
+  const int64_t G = w.G, N = q.shape(0);
   require(q.shape(1) == (size_t)Kp, "activations: q must be [N, Kp]");
   require(sx.shape(0) == (size_t)N && sx.shape(1) == (size_t)G, "activations: scale must be [N, G]");
   require(sumx.shape(0) == (size_t)N && sumx.shape(1) == (size_t)G, "activations: sum must be [N, G]");
   require(y.shape(0) == (size_t)N && y.shape(1) == (size_t)M, "output must be [N, M]");
-  const IntJob j = make_int_job(
-      IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G},
-      ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G}, y.data(), &active_kernels());
+  const IntJob j = make_int_job(w, ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G}, y.data(), &active_kernels());
   nb::gil_scoped_release release;
   pool_run(j.tasks(), int_task, (void*)&j);
 }
@@ -87,15 +97,9 @@ void gemm_int_multi(std::vector<IntWeightTuple> weights, int64_t Kp, int64_t gro
   MultiIntJob m;
   for (size_t i = 0; i < weights.size(); ++i) {
     auto& [codes, scale, offset, zc, bits, M] = weights[i];
-    require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
-    const int64_t Mb = (M + kRowBlock - 1) / kRowBlock;
-    require(codes.shape(0) == (size_t)(Mb * Kp * kRowBlock * bits / 8), "packed codes have the wrong size");
-    require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "scales have the wrong size");
-    if (offset) require(offset->shape(0) == scale.shape(0), "offsets must match scales");
+    const IntWeights w = checked_int_weights(codes, scale, offset, zc, bits, M, Kp, group);
     require(ys[i].shape(0) == (size_t)N && ys[i].shape(1) == (size_t)M, "output must be [N, M]");
-    m.add(make_int_job(
-        IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G},
-        ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G}, ys[i].data(), &active_kernels()));
+    m.add(make_int_job(w, ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G}, ys[i].data(), &active_kernels()));
   }
   nb::gil_scoped_release release;
   pool_run(m.tasks(), multi_int_task, &m);
@@ -127,15 +131,12 @@ double bench_int(std::vector<std::tuple<Arr<const uint8_t, nb::ndim<1>>, Arr<con
                  Arr<const float, nb::ndim<2>> sx, Arr<const int32_t, nb::ndim<2>> sumx, Arr<float, nb::ndim<2>> y,
                  int iters) {
   require(!copies.empty(), "no weights");
-  const int64_t Mb = (M + kRowBlock - 1) / kRowBlock, G = (Kp + group - 1) / group, N = q.shape(0);
+  const int64_t G = (Kp + group - 1) / group, N = q.shape(0);
   std::vector<IntJob> jobs(copies.size());
   for (size_t i = 0; i < copies.size(); ++i) {
     auto& [codes, scale, offset] = copies[i];
-    require(codes.shape(0) == (size_t)(Mb * Kp * kRowBlock * bits / 8), "packed codes have the wrong size");
-    require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "scales have the wrong size");
-    jobs[i] = make_int_job(
-        IntWeights{codes.data(), scale.data(), offset ? offset->data() : nullptr, zc, bits, M, Kp, group, Mb, G},
-        ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G}, y.data(), &active_kernels());
+    jobs[i] = make_int_job(checked_int_weights(codes, scale, offset, zc, bits, M, Kp, group),
+                           ActQ{q.data(), sx.data(), sumx.data(), N, Kp, group, G}, y.data(), &active_kernels());
   }
   nb::gil_scoped_release release;
   const auto t0 = std::chrono::steady_clock::now();
@@ -214,19 +215,12 @@ LinearRef linear_from_tuple(nb::handle h) {
     return nb::cast<Arr<const float, nb::ndim<1>>>(t[i]).data();
   };
   if (kind == "int") {
-    auto codes = nb::cast<Arr<const uint8_t, nb::ndim<1>>>(t[1]);
-    auto scale = nb::cast<Arr<const uint16_t, nb::ndim<1>>>(t[2]);
-    const uint16_t* offset = t[3].is_none() ? nullptr : nb::cast<Arr<const uint16_t, nb::ndim<1>>>(t[3]).data();
-    const float zc = nb::cast<float>(t[4]);
-    const int bits = nb::cast<int>(t[5]);
-    const int64_t M = nb::cast<int64_t>(t[6]), K = nb::cast<int64_t>(t[7]), Kp = nb::cast<int64_t>(t[8]);
-    const int64_t group = nb::cast<int64_t>(t[9]);
-    const int64_t Mb = (M + kRowBlock - 1) / kRowBlock, G = (Kp + group - 1) / group;
-    require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
-    require(codes.shape(0) == (size_t)(Mb * Kp * kRowBlock * bits / 8), "packed codes have the wrong size");
-    require(scale.shape(0) == (size_t)(Mb * G * kRowBlock), "scales have the wrong size");
+    std::optional<U16> offset;
+    if (!t[3].is_none()) offset = nb::cast<U16>(t[3]);
+    const int64_t M = nb::cast<int64_t>(t[6]), K = nb::cast<int64_t>(t[7]);
     L.kind = 0;
-    L.iw = IntWeights{codes.data(), scale.data(), offset, zc, bits, M, Kp, group, Mb, G};
+    L.iw = checked_int_weights(nb::cast<U8>(t[1]), nb::cast<U16>(t[2]), offset, nb::cast<float>(t[4]),
+                               nb::cast<int>(t[5]), M, nb::cast<int64_t>(t[8]), nb::cast<int64_t>(t[9]));
     L.M = M;
     L.K = K;
     L.bias = bias(10);
