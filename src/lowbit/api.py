@@ -142,9 +142,44 @@ class LLM:
         self.last_stats = gen.stats
         return gen
 
-    def generate(self, prompt, max_tokens: int = 256, **kw) -> str:
-        """The continuation of `prompt` as one string (keywords as stream)."""
+    def generate(self, prompt, max_tokens: int = 256, max_batch: int | None = None, **kw):
+        """The continuation of `prompt` as one string (keywords as stream).
+
+        A list of prompts (each a str or a list of token ids) gives a list of strings, decoded together
+        (continuous batching over a multi-slot KV cache, at most max_batch at once, default up to 16);
+        greedy outputs equal the one-at-a-time ones. last_stats is then a list, one per prompt.
+        """
+        if _is_batch(prompt):
+            return self.generate_batch(prompt, max_tokens=max_tokens, max_batch=max_batch, **kw)
         return "".join(self.stream(prompt, max_tokens=max_tokens, **kw))
+
+    def generate_batch(self, prompts, max_tokens: int = 256, max_batch: int | None = None, temperature: float = 0.0,
+                       top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
+                       seed: int | None = None, stop=None, add_bos: bool | None = None) -> list[str]:
+        """generate() of several prompts at once -> their continuations, in order."""
+        from lowbit.generate.batch import generate_batch
+
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                repetition_penalty=repetition_penalty, seed=seed)
+        seqs = generate_batch(self.model, self.tokenizer, prompts, max_tokens=max_tokens, stop=stop, params=params,
+                              add_bos=add_bos, engine=self.batch_engine(max_batch or min(len(prompts), 16)))
+        for s in seqs:
+            if s.finish_reason == "error":
+                raise RuntimeError(f"batched generation failed: {s.error}")
+        self.last_stats = [s.stats for s in seqs]
+        return [s.text for s in seqs]
+
+    def batch_engine(self, max_batch: int):
+        """The continuous-batching engine with max_batch slots (kept, so slots re-use cached prefixes)."""
+        from lowbit.generate.batch import BatchEngine
+
+        eng = getattr(self, "_engine", None)
+        if eng is None or eng.max_batch != max_batch:
+            eng = self._engine = BatchEngine(self.model, self.tokenizer, max_batch=max_batch)
+        return eng
 
     def chat_prompt(self, messages: list[dict]) -> list[int]:
         """Token ids of the conversation under the model's chat template, ready for the assistant's turn."""
@@ -167,6 +202,12 @@ class LLM:
         a = self.model.args
         return (f"<LLM {a.model_type} {a.num_hidden_layers}L d={a.hidden_size} "
                 f"{self.model.n_params / 1e6:.0f}M params from {self.path or 'memory'}>")
+
+
+def _is_batch(prompt) -> bool:
+    """A list of prompts (str or id lists), as opposed to one prompt given as a list of token ids."""
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(
+        isinstance(p, (str, list, tuple, np.ndarray)) for p in prompt)
 
 
 def load(path, format: str = "int4", threads: int | None = None, group_size: int | None = None,
