@@ -10,7 +10,7 @@ FORMAT_HELP = {
     "binary": "1-bit +-scale",
     "int2": "2-bit codes, per-group scale and offset",
     "int4": "4-bit codes, per-group scale and offset (default)",
-    "int8": "8-bit codes",
+    "int8": "8-bit codes, one scale per block of 32 (like Q8_0); the lm_head default",
     "bf16": "bfloat16 (no quantization; the speed baseline)",
     "f32": "float32",
 }
@@ -44,7 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", "-f", default="int4", choices=list(FORMAT_HELP),
                    help="format of the decoder layers' projection weights (default: int4)")
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
-                   help="input channels per scale, a multiple of 32 (default: the format's own: 32 for int4, 64 for int2, "
+                   help="input channels per scale, a multiple of 32 (default: the format's own: 32 for int4 and int8, 64 for int2, "
                         "one per tensor for ternary)")
     p.add_argument("--lm-head-format", default="int8", choices=list(FORMAT_HELP), metavar="FMT",
                    help="format of the output projection (default: int8)")

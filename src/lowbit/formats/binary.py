@@ -15,6 +15,8 @@ from lowbit.formats.intcodes import IntCodeWeight, group_view, resolve_group
 class BinaryWeight(IntCodeWeight):
     format = "binary"
     description = "1-bit +-scale, scale = mean|w| per row or group"
+    table_values = "±scale, exact"
+    table_scales = "per row or group"
     bits = 1
     zc = 0.5
 

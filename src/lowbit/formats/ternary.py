@@ -123,6 +123,8 @@ def row_scales_if_uniform(t: np.ndarray, a: np.ndarray, group: int) -> np.ndarra
 class TernaryWeight(IntCodeWeight):
     format = "ternary"
     description = "1.58-bit {-1,0,+1} x absmean scale per tensor, row or group; 2-bit codes"
+    table_values = "{-1, 0, +1} (BitNet b1.58), absmean scale"
+    table_scales = "per tensor, row or group"
     bits = 2
     zc = 1.0
 

@@ -69,6 +69,8 @@ def unpack_tq1(packed: np.ndarray, m: int, k: int) -> np.ndarray:
 class TQ1Weight(PackedWeight):
     format = "tq1"
     description = "1.6-bit ternary, 5 trits per byte (base 3, TQ1_0 scaling) x absmean scale per tensor, row or group"
+    table_values = "{-1, 0, +1}, 5 trits per byte (base 3, like TQ1_0)"
+    table_scales = "per tensor, row or group"
 
     def __init__(self, shape, group, codes, scale, meta_extra=None):
         self.shape = (int(shape[0]), int(shape[1]))
