@@ -67,7 +67,8 @@ class EngineWorker:
         eng.fail_all(None)  # shutting down: release every waiting client
 
     def submit(self, job: Job, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> Sequence:
-        """Queues the job; pieces and the end arrive on `queue` as ("piece", str) and ("done", None)."""
+        """Queues the job; its text pieces (streaming jobs only) and its end arrive on `queue` as
+        ("piece", str) and ("done", None)."""
         if self.engine.queued() >= self.max_queue:
             raise RequestError(f"the server is busy: {self.max_queue} requests are already waiting; retry later",
                                status=429, code="queue_full", type="server_busy")
@@ -78,8 +79,9 @@ class EngineWorker:
             except RuntimeError:  # the event loop is gone (shutdown)
                 pass
 
+        on_piece = (lambda s, p: put(("piece", p))) if job.stream else None
         return self.engine.submit(job.prompt_ids, max_tokens=job.max_tokens, params=job.params, stop=job.stop,
-                                  on_piece=lambda s, p: put(("piece", p)), on_done=lambda s: put(("done", None)))
+                                  on_piece=on_piece, on_done=lambda s: put(("done", None)))
 
 
 def _error(e: RequestError) -> JSONResponse:
@@ -133,18 +135,16 @@ def build_app(llm, worker: EngineWorker, limits: Limits, model_id: str) -> Starl
         if job.stream:
             return StreamingResponse(_stream(job, seq, queue), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        try:
+        try:  # non-streaming: only the end is queued; poll the connection meanwhile
             while True:
                 try:
-                    kind_, _ = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
+                    await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
+                    break
                 except asyncio.TimeoutError:
                     if await request.is_disconnected():
                         seq.cancel()
                         worker.engine.wake()
                         return JSONResponse(protocol.error_body("client disconnected"), status_code=499)
-                    continue
-                if kind_ == "done":
-                    break
         except asyncio.CancelledError:
             seq.cancel()
             raise
