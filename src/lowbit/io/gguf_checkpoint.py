@@ -2,7 +2,8 @@
 
 Tensors: F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_*/Q4_K/Q6_K/... dequantize to float32 with gguf.quants;
 TQ1_0/TQ2_0 decode losslessly to ternary t [M, K] + one float16 scale d per (row, 256-block) ->
-TernaryWeight(group=256).
+TernaryWeight(group=256), or one scale per row (group = Kp) when each row's blocks share one d (a TQ2_0
+export of a BitNet model, whose F16 export then converts to the very same codes and scales).
 
 llama.cpp's converter permutes the rows of Q and K for its RoPE (arch "llama" only: "bitnet" uses the
 NEOX rope and is not permuted). Per head, HF rows [0..hd/2) and [hd/2..hd) are interleaved:
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowbit.formats.ternary import TernaryWeight
+from lowbit.formats.ternary import TernaryWeight, row_scales_if_uniform
 from lowbit.io.checkpoint import LM_HEAD, Checkpoint, canonical_names, check_shape, expected_shape, normalize_config
 
 TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
@@ -182,7 +183,11 @@ class GGUFCheckpoint(Checkpoint):
             tern, d = decode_ternary(t.data, t.tensor_type, *shape)
             if n_head:
                 tern, d = unpermute_rows(tern, n_head), unpermute_rows(d, n_head)
-            return TernaryWeight.from_ternary(tern, d * np.float32(scale), group=QK_K, source=t.tensor_type.name)
+            d = d * np.float32(scale)
+            rows = row_scales_if_uniform(tern, d, QK_K)
+            if rows is not None:
+                return TernaryWeight.from_ternary(tern, rows, source=t.tensor_type.name)
+            return TernaryWeight.from_ternary(tern, d, group=QK_K, source=t.tensor_type.name)
         try:
             w = quants.dequantize(t.data, t.tensor_type)
         except NotImplementedError:
