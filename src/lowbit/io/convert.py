@@ -23,7 +23,7 @@ from lowbit.formats.ternary import METHODS, TernaryWeight, is_ternary_valued
 from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear, open_checkpoint
 from lowbit.io.modeldir import SHARD_BYTES, ModelDirWriter
 
-LOW_BIT = ("ternary", "tq1", "binary")
+LOW_BIT = ("ternary", "tq1", "binary", "rsr")
 COLLAPSE_WARNING = ("converting float weights to {fmt}: expect the model's quality to collapse unless it was "
                     "trained for it (BitNet b1.58 / ParetoQ-style quantization-aware training)")
 
@@ -43,6 +43,10 @@ def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = No
 
             a, _ = value.affine()
             return TQ1Weight.from_ternary(value.unpacked_codes().astype(np.int8) - 1, a)
+        if isinstance(value, TernaryWeight) and fmt == "rsr" and value.ngroups == 1:
+            from lowbit.formats.rsr import RSRWeight  # ternary with one scale per row: index losslessly
+
+            return RSRWeight.from_ternary_weight(value)
         if value.format == fmt and (group_size is None or fmt == "ternary" or getattr(value, "group", None) == group_size):
             return value
         value = value.dequantize()
