@@ -11,6 +11,7 @@ import numpy as np
 from lowbit import _native
 from lowbit.formats.base import Activations, PackedWeight, as_activations
 from lowbit.formats.binary import BinaryWeight
+from lowbit.formats.codebook import CodebookWeight
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.int2 import Int2Weight
 from lowbit.formats.int4 import Int4Weight
@@ -21,7 +22,8 @@ from lowbit.formats.tq1 import TQ1Weight
 
 FORMATS: dict[str, type[PackedWeight]] = {
     cls.format: cls
-    for cls in (F32Weight, BF16Weight, Int8Weight, Int4Weight, Int2Weight, TernaryWeight, TQ1Weight, BinaryWeight)
+    for cls in (F32Weight, BF16Weight, Int8Weight, Int4Weight, Int2Weight, TernaryWeight, TQ1Weight, BinaryWeight,
+                CodebookWeight)
 }
 
 
