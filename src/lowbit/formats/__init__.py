@@ -34,6 +34,18 @@ def get_format(name: str) -> type[PackedWeight]:
         raise ValueError(f"unknown weight format {name!r}; known: {', '.join(FORMATS)}") from None
 
 
+def parse_format(name: str) -> tuple[str, dict]:
+    """A format name or a parameterized one -> (registered name, options):
+    'codebook-m2v8b8g128' -> ('codebook', {'m': 2, 'v': 8, 'b': 8, 'g': 128}); 'int4' -> ('int4', {})."""
+    from lowbit.formats.codebook import parse_spec
+
+    spec = parse_spec(name) if name.startswith("codebook-") else None
+    if spec is not None:
+        return "codebook", spec
+    get_format(name)
+    return name, {}
+
+
 def quantize(w: np.ndarray, format: str, **options) -> PackedWeight:
     """Packs float32 w [M, K] into `format` (options: group_size=, scale=, symmetric= per format)."""
     return get_format(format).quantize(w, **options)
@@ -61,4 +73,4 @@ def from_state(meta: dict, tensors: dict[str, np.ndarray]) -> PackedWeight:
     return get_format(meta["format"]).from_state(meta, tensors)
 
 
-__all__ = ["Activations", "FORMATS", "PackedWeight", "from_state", "get_format", "matmul_many", "quantize"]
+__all__ = ["Activations", "FORMATS", "PackedWeight", "from_state", "get_format", "matmul_many", "parse_format", "quantize"]

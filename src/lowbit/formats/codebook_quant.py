@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-CHUNK = 1 << 15  # vectors per distance block: CHUNK x 2^b float32 (32 MiB at b = 8)
-SAMPLE = 1 << 16  # vectors the k-means initialization runs on
+from lowbit import _native
+
+SAMPLE = 1 << 15  # vectors the k-means initialization runs on
 INIT_STEPS = 12
 
 
@@ -39,18 +40,12 @@ def group_rms(w: np.ndarray, group: int) -> np.ndarray:
 
 
 def assign(x: np.ndarray, books: np.ndarray, wt: np.ndarray | None) -> np.ndarray:
-    """Nearest centroid of each vector. x [N, v], books [nc, v], wt [N, v] coordinate weights or None -> uint8/16 [N]."""
-    nc = books.shape[0]
-    out = np.empty(x.shape[0], np.uint8 if nc <= 256 else np.uint16)
-    sq = (books * books).T  # [v, nc]
-    for a in range(0, x.shape[0], CHUNK):
-        xs = x[a:a + CHUNK]
-        if wt is None:
-            d = np.sum(books * books, axis=1)[None, :] - 2.0 * (xs @ books.T)
-        else:
-            ws = wt[a:a + CHUNK]
-            d = ws @ sq - 2.0 * ((ws * xs) @ books.T)
-        out[a:a + CHUNK] = np.argmin(d, axis=1)
+    """Nearest centroid of each vector (native, on the thread pool). x [N, v], books [nc <= 256, v],
+    wt [N, v] coordinate weights or None -> uint8 [N]."""
+    out = np.empty(x.shape[0], np.uint8)
+    _native.codebook_assign(np.ascontiguousarray(x, np.float32),
+                            None if wt is None else np.ascontiguousarray(wt, np.float32),
+                            np.ascontiguousarray(books.T, np.float32), out)
     return out
 
 

@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from lowbit.formats import FORMATS, PackedWeight, quantize
+from lowbit.formats import FORMATS, PackedWeight, parse_format, quantize
 from lowbit.formats.intcodes import GROUP_ALIGN
 from lowbit.formats.ternary import TernaryWeight
 from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear, open_checkpoint
@@ -28,7 +28,8 @@ COLLAPSE_WARNING = ("converting float weights to {fmt}: expect the model's quali
                     "trained for it (BitNet b1.58 / ParetoQ-style quantization-aware training)")
 
 
-def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = None) -> PackedWeight:
+def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = None,
+         options: dict | None = None) -> PackedWeight:
     """value (float32 [M, K] or a PackedWeight) -> PackedWeight in fmt.
 
     A packed value already in fmt is kept as is (lossless: BitNet / TQ ternary stays ternary);
@@ -40,11 +41,12 @@ def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = No
 
             a, _ = value.affine()
             return TQ1Weight.from_ternary(value.unpacked_codes().astype(np.int8) - 1, a)
-        if value.format == fmt and (group_size is None or fmt == "ternary" or getattr(value, "group", None) == group_size):
+        if value.format == fmt and not options and (group_size is None or fmt == "ternary" or getattr(value, "group", None) == group_size):
             return value
         value = value.dequantize()
-    options = {} if group_size is None or fmt in ("f32", "bf16") else {"group_size": group_size}
-    return quantize(value, fmt, **options)
+    opts = {} if group_size is None or fmt in ("f32", "bf16") else {"group_size": group_size}
+    opts.update(options or {})
+    return quantize(value, fmt, **opts)
 
 
 def _check_format(name: str, fmt: str) -> None:
@@ -54,7 +56,7 @@ def _check_format(name: str, fmt: str) -> None:
 
 def convert(src, out, format: str = "int4", group_size: int | None = None, lm_head_format: str = "int8",
             embed_format: str = "bf16", overwrite: bool = False, progress: bool = True,
-            shard_bytes: int = SHARD_BYTES) -> pathlib.Path:
+            shard_bytes: int = SHARD_BYTES, format_options: dict | None = None) -> pathlib.Path:
     """Converts a checkpoint (HF folder, .gguf, or lowbit dir) into a lowbit model directory at out.
 
     Args:
@@ -66,9 +68,13 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         embed_format: format of the embedding table.
         overwrite: replace an existing lowbit directory at out.
         progress: show a tqdm bar.
+        format_options: extra quantize() options of `format` (codebook: m, v, b, g, seed, iters); a
+            parameterized name such as "codebook-m2v8b8g128" sets them too.
     Returns:
         the path of the new directory.
     """
+    format, spec = parse_format(format) if format not in FORMATS else (format, {})
+    format_options = {**spec, **(format_options or {})}
     _check_format("format", format)
     _check_format("lm_head_format", lm_head_format)
     _check_format("embed_format", embed_format)
@@ -91,7 +97,7 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
                 if format in LOW_BIT and not isinstance(value, TernaryWeight) and not warned:
                     warnings.warn(COLLAPSE_WARNING.format(fmt=format), UserWarning, stacklevel=2)
                     warned = True
-                writer.add(name, pack(value, format, group_size))
+                writer.add(name, pack(value, format, group_size, format_options))
             elif name == LM_HEAD:
                 writer.add(name, pack(value, lm_head_format))
             elif name == EMBED:
@@ -107,7 +113,7 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         bar.close()
         if tied:  # the directory now holds its own lm_head
             config["tie_word_embeddings"] = False
-        meta = {"format": format, "group_size": group_size, "lm_head_format": lm_head_format,
+        meta = {"format": format, "group_size": group_size, "format_options": format_options, "lm_head_format": lm_head_format,
                 "embed_format": embed_format, "source": str(ckpt.path), "source_kind": ckpt.kind,
                 "tied_embeddings": tied or bool(ckpt.config.get("tie_word_embeddings"))}
         return writer.finish(config, tokenizer, meta)

@@ -236,6 +236,18 @@ std::tuple<std::string, double> gemm_codebook(
   return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
+// The codebook quantizer's nearest-centroid search (codebook.h): x, wt f32 [n, v], booksT f32 [v, nc] -> out u8 [n].
+void codebook_assign_py(Arr<const float, nb::ndim<2>> x, std::optional<Arr<const float, nb::ndim<2>>> wt,
+                        Arr<const float, nb::ndim<2>> booksT, Arr<uint8_t, nb::ndim<1>> out) {
+  const int64_t n = x.shape(0), v = x.shape(1), nc = booksT.shape(1);
+  require(booksT.shape(0) == (size_t)v && nc >= 1 && nc <= 256, "codebook_assign: booksT must be [v, nc <= 256]");
+  require(out.shape(0) == (size_t)n, "codebook_assign: out must be [n]");
+  if (wt) require(wt->shape(0) == (size_t)n && wt->shape(1) == (size_t)v, "codebook_assign: wt must be [n, v]");
+  const float* w = wt ? wt->data() : nullptr;
+  nb::gil_scoped_release release;
+  codebook_assign(x.data(), w, booksT.data(), n, v, nc, out.data());
+}
+
 // A projection for the native decoder, from a tuple built by lowbit.model.native:
 //   ("int", codes, scale, offset|None, zc, bits, M, K, Kp, group, bias|None)
 //   ("f32" | "bf16", weight [M, K], bias|None)
@@ -441,6 +453,7 @@ NB_MODULE(_native, m) {
         nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters") = 1);
   m.def("gemm_codebook", &gemm_codebook, nb::arg("weights"), nb::arg("cbT"), nb::arg("cb"), nb::arg("M"), nb::arg("Kp"),
         nb::arg("group"), nb::arg("x"), nb::arg("y"), nb::arg("psum") = true, nb::arg("iters") = 1);
+  m.def("codebook_assign", &codebook_assign_py, nb::arg("x"), nb::arg("wt").none(), nb::arg("booksT"), nb::arg("out"));
   m.def("bench_int", &bench_int);
   m.def("bench_float", &bench_float);
   m.def("f32_to_f16", [](Arr<const float, nb::ndim<1>> x, Arr<uint16_t, nb::ndim<1>> out) {

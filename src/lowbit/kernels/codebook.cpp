@@ -49,7 +49,42 @@ void reduce_task(void* p, int64_t n) {
   }
 }
 
+struct AssignJob {
+  const float *x, *wt, *booksT;
+  uint8_t* out;
+  int64_t n, v, nc;
+};
+
+constexpr int64_t kAssignChunk = 2048;
+
+void assign_task(void* p, int64_t t) {
+  const AssignJob& j = *static_cast<const AssignJob*>(p);
+  std::vector<float> d(j.nc);
+  const int64_t a = t * kAssignChunk, b = std::min(j.n, a + kAssignChunk);
+  for (int64_t i = a; i < b; ++i) {
+    std::fill(d.begin(), d.end(), 0.f);
+    for (int64_t k = 0; k < j.v; ++k) {
+      const float xv = j.x[i * j.v + k], wv = j.wt ? j.wt[i * j.v + k] : 1.f;
+      const float* col = j.booksT + k * j.nc;
+      for (int64_t c = 0; c < j.nc; ++c) {
+        const float e = xv - col[c];
+        d[c] += wv * e * e;
+      }
+    }
+    int64_t best = 0;
+    for (int64_t c = 1; c < j.nc; ++c)
+      if (d[c] < d[best]) best = c;
+    j.out[i] = (uint8_t)best;
+  }
+}
+
 }  // namespace
+
+void codebook_assign(const float* x, const float* wt, const float* booksT, int64_t n, int64_t v, int64_t nc,
+                     uint8_t* out) {
+  AssignJob j{x, wt, booksT, out, n, v, nc};
+  pool_run((n + kAssignChunk - 1) / kAssignChunk, assign_task, &j);
+}
 
 int64_t codebook_table_floats(const CodebookWeights& w, int64_t N) {
   // psum tables of one group for N tokens, or the dequantize kernel's [8 rows][group] buffer
