@@ -11,7 +11,7 @@ FORMAT_HELP = {
     "codebook": "vector codebooks (AQLM) + Psumbook kernel: m*b/v + 16/g bits (--m --v --b --g)",
     "int2": "2-bit codes, per-group scale and offset",
     "int4": "4-bit codes, per-group scale and offset (default)",
-    "int8": "8-bit codes",
+    "int8": "8-bit codes, one scale per block of 32 (like Q8_0); the lm_head default",
     "bf16": "bfloat16 (no quantization; the speed baseline)",
     "f32": "float32",
 }
@@ -46,12 +46,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", "-f", default="int4", choices=list(FORMAT_HELP),
                    help="format of the decoder layers' projection weights (default: int4)")
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
-                   help="input channels per scale, a multiple of 32 (default: the format's own: 32 for int4, 64 for int2, "
+                   help="input channels per scale, a multiple of 32 (default: the format's own: 32 for int4 and int8, 64 for int2, "
                         "one per tensor for ternary)")
     p.add_argument("--lm-head-format", default="int8", choices=list(FORMAT_HELP), metavar="FMT",
                    help="format of the output projection (default: int8)")
     p.add_argument("--embed-format", default="bf16", choices=list(FORMAT_HELP), metavar="FMT",
                    help="format of the embedding table (default: bf16)")
+    p.add_argument("--ternary-method", default="absmean", choices=["absmean", "mse"],
+                   help="scale of float weights ternarized to ternary/tq1: absmean (BitNet b1.58, default) or mse "
+                        "(error-minimizing, for post-training ternarization); already-ternary weights keep theirs")
     cb = p.add_argument_group("codebook options (--format codebook; bits per weight = m*b/v + 16/g)")
     cb.add_argument("--m", type=int, default=1, help="codebooks per vector, additive (default 1)")
     cb.add_argument("--v", type=int, default=4, help="inputs per vector (default 4)")
@@ -75,7 +78,8 @@ def main(args) -> int:
     try:
         out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
                       lm_head_format=args.lm_head_format, embed_format=args.embed_format,
-                      overwrite=args.force, progress=not args.quiet, format_options=options)
+                      overwrite=args.force, progress=not args.quiet, ternary_method=args.ternary_method,
+                      format_options=options)
     except FileExistsError as e:
         print(f"lowbit: error: {e}", file=sys.stderr)
         return 1
