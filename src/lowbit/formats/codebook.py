@@ -83,6 +83,8 @@ def unpack_codes(packed: np.ndarray, rows: int, nseg: int, m: int, group: int, v
 class CodebookWeight(PackedWeight):
     format = "codebook"
     description = "additive vector codebooks (AQLM) with a Psumbook kernel (CodeGEMM): m*b/v + 16/g bits"
+    table_values = "m codebooks of 2^b vectors of v weights (AQLM; default m1 v4 b8), Psumbook kernel"
+    table_scales = "per row and group of g (default 128) + codebooks per tensor"
 
     def __init__(self, shape, m: int, v: int, b: int, group: int, codes, scale, codebooks, meta_extra=None):
         self.shape = (int(shape[0]), int(shape[1]))

@@ -90,7 +90,7 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
     Returns:
         the path of the new directory.
     """
-    format, spec = parse_format(format) if format not in FORMATS else (format, {})
+    format, spec = parse_format(format) if format.startswith("codebook-") else (format, {})
     format_options = {**spec, **(format_options or {})}
     _check_format("format", format)
     _check_format("lm_head_format", lm_head_format)
