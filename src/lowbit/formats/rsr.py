@@ -63,8 +63,8 @@ class RSRWeight(PackedWeight):
 
     @classmethod
     def quantize(cls, w, scale: str = "row", k="auto", dense: bool = True, min_tokens: int = DEFAULT_MIN_TOKENS,
-                 group_size: int | None = None, **options) -> "RSRWeight":
-        """Absmean ternarization as ``ternary`` (scale "row" or "tensor"), then the index.
+                 group_size: int | None = None, method: str = "absmean", **options) -> "RSRWeight":
+        """Ternarization as ``ternary`` (scale "row" or "tensor"; method "absmean" or "mse"), then the index.
         k: an int, "analytic" (eq. 7) or "auto" (autotuned on this machine for 128 tokens, cached)."""
         if group_size:
             raise ValueError("rsr: per-group scales cannot go through RSR (a segment sums inputs from the whole "
@@ -72,8 +72,8 @@ class RSRWeight(PackedWeight):
         w = check_weight(w)
         if scale not in ("row", "tensor"):
             raise ValueError(f"rsr: scale must be 'row' or 'tensor', got {scale!r}")
-        t, a16 = ternarize(w, scale, padded_k(w.shape[1]), padded_k(w.shape[1]))
-        return cls.from_ternary(t, a16[:, 0], k=k, dense=dense, min_tokens=min_tokens, scale_mode=scale)
+        t, a16, used = ternarize(w, scale, padded_k(w.shape[1]), padded_k(w.shape[1]), method)
+        return cls.from_ternary(t, a16[:, 0], k=k, dense=dense, min_tokens=min_tokens, scale_mode=used)
 
     @classmethod
     def from_ternary(cls, t: np.ndarray, a, k="auto", dense: bool = True, min_tokens: int = DEFAULT_MIN_TOKENS,
