@@ -93,6 +93,7 @@ class GGUFCheckpoint(Checkpoint):
         self.meta = {k: f for k, f in self.reader.fields.items() if not k.startswith("GGUF.")}
         self.tensors = {}
         by_name = {t.name: t for t in self.reader.tensors}
+        self.extra = {n: by_name[n] for n in ("rope_freqs.weight",) if n in by_name}  # model-wide, not weights
         for t in self.reader.tensors:
             name = hf_name(t.name)
             if name is not None:
@@ -104,6 +105,8 @@ class GGUFCheckpoint(Checkpoint):
         if self.arch not in ARCHS:
             raise ValueError(f"{self.path}: unsupported GGUF architecture {self.arch!r}; lowbit supports {', '.join(ARCHS)}")
         self.config = normalize_config(self._config(), self.path)
+        if "rope_freqs.weight" in self.extra:  # Llama 3.1/3.2: llama3 scaling as per-frequency factors
+            self.config["rope_freq_factors"] = self._rope_freq_factors(self.extra["rope_freqs.weight"])
         self.sub_norms = any(n.endswith("attn_sub_norm.weight") for n in self.tensors)
         self._names = canonical_names(self.config, self.sub_norms)
         missing = [n for n in self._names if n not in self.tensors]
@@ -148,6 +151,19 @@ class GGUFCheckpoint(Checkpoint):
             if g("rope.scaling.original_context_length"):
                 cfg["rope_scaling"]["original_max_position_embeddings"] = g("rope.scaling.original_context_length")
         return cfg
+
+    def _rope_freq_factors(self, t) -> list[float]:
+        """rope_freqs.weight: one float per rotary frequency (head_dim/2 of them); inv_freq is divided by it."""
+        from gguf import quants
+        hd = self.config["head_dim"]
+        try:
+            f = np.asarray(quants.dequantize(t.data, t.tensor_type), np.float64).reshape(-1)
+        except (NotImplementedError, ValueError) as e:
+            raise ValueError(f"{self.path}: rope_freqs.weight cannot be read ({e})") from None
+        if f.size != hd // 2 or not np.all(np.isfinite(f)) or not np.all(f > 0):
+            raise ValueError(f"{self.path}: rope_freqs.weight must hold head_dim/2 = {hd // 2} positive finite "
+                             f"factors, got {f.size} values")
+        return [float(v) for v in f]
 
     def tensor_names(self) -> list[str]:
         return list(self._names)
