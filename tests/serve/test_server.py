@@ -134,6 +134,7 @@ def test_concurrent_requests_equal_sequential(server, llm):
     ("/v1/completions", b'{"max_tokens": 4}', 400, "prompt"),
     ("/v1/completions", b'{"prompt": ""}', 400, "empty"),
     ("/v1/completions", b'{"prompt": [1, -5]}', 400, "token ids"),
+    ("/v1/completions", b'{"prompt": [1, 100000]}', 400, "token ids"),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": 100000}', 400, "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": "ten"}', 400, "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "temperature": -1}', 400, "temperature"),
@@ -153,6 +154,11 @@ def test_bad_requests(client, path, body, status, needle):
     r = client.post(path, content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == status, r.text
     assert needle in r.json()["error"]["message"]
+
+
+def test_deeply_nested_json_is_a_400(client):
+    r = client.post("/v1/completions", content=b"[" * 100000 + b"]" * 100000)
+    assert r.status_code == 400, r.text[:300]
 
 
 def test_limits_and_survival(client, server):

@@ -39,7 +39,8 @@ class Server:
         max_tokens = int(max_tokens or ctx)
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        self.limits = Limits(max_context=ctx, max_tokens=max_tokens, default_max_tokens=default_max_tokens)
+        self.limits = Limits(max_context=ctx, max_tokens=max_tokens, default_max_tokens=default_max_tokens,
+                             vocab_size=llm.model.embed.shape[0])
         self.model_id = model_id or (llm.path.name if getattr(llm, "path", None) else "lowbit")
         self.worker = EngineWorker(self.engine, max_queue=max_queue)
         self.app = build_app(llm, self.worker, self.limits, self.model_id)
