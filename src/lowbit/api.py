@@ -145,15 +145,30 @@ class LLM:
 
 def load(path, format: str = "int4", threads: int | None = None, group_size: int | None = None,
          max_context: int | None = None, lm_head_format: str | None = None, embed_format: str | None = None,
-         progress: bool = True) -> LLM:
+         progress: bool = True, backend: str = "native", device: str | None = None,
+         precision: str | None = None) -> LLM:
     """Loads a lowbit model directory, or converts an HF folder / GGUF file once (cached) and loads that.
 
     format, group_size, lm_head_format, embed_format: the conversion settings (ignored for a lowbit dir).
     threads: kernel threads (default: physical cores or $LOWBIT_THREADS).
     max_context: KV cache length (default: max_position_embeddings, capped at 8192).
+    backend: "native" (lowbit's kernels) or "openvino" (path: an `lowbit export-openvino` folder, or any
+      source, exported once into the cache with `format` as the weight type: f32, f16, int8, int4, int2,
+      ternary, binary); device: OpenVINO device (CPU, GPU, NPU; default: the export's);
+      precision: OpenVINO inference precision hint (f32, bf16, f16; default: the device's own).
     """
     from lowbit.io.checkpoint import open_checkpoint
 
+    if backend == "openvino":
+        from lowbit.openvino.backend import open_openvino
+
+        model = open_openvino(path, weights=format, group_size=group_size, max_context=max_context, device=device,
+                              precision=precision, threads=threads, progress=progress)
+        return LLM(model, model.tokenizer, path=model.path, source=path)
+    if backend != "native":
+        raise ValueError(f"unknown backend {backend!r}; choose native or openvino")
+    if device not in (None, "CPU") or precision is not None:
+        raise ValueError("device and precision apply to backend='openvino' only")
     if threads is not None:
         set_threads(threads)
     model_dir = resolve_model_dir(path, format=format, group_size=group_size, lm_head_format=lm_head_format,

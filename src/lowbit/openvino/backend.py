@@ -27,6 +27,7 @@ from lowbit.openvino.export import read_manifest
 
 DEFAULT_PREFILL_CHUNK = 16
 PRECISIONS = ("f32", "bf16", "f16")
+SAME_WEIGHTS = {"bf16": "f16", "tq1": "ternary"}  # lowbit formats without an OpenVINO twin -> the nearest one
 
 
 class _Pipeline:
@@ -205,3 +206,40 @@ def _shape_for(name: str, t: int, d: dict) -> list[int]:
     """The static input shapes for T tokens per call."""
     return {"token": [1, t], "x": [1, t, d["hidden"]], "mask": [1, 1, t, d["slots"]], "cos": [1, t, 1, d["hd"]],
             "sin": [1, t, 1, d["hd"]], "pos": [t]}[name]
+
+
+def open_openvino(src, weights: str = "int4", group_size: int | None = None, max_context: int | None = None,
+                  device: str | None = None, precision: str | None = None, threads: int | None = None,
+                  chunk_layers: int | None = None, prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+                  progress: bool = True) -> OpenVINOModel:
+    """An OpenVINOModel for an export directory, or for any lowbit source (GGUF, HF folder, lowbit dir),
+    exported once into the lowbit cache (keyed like lowbit.load's conversions) and loaded from there.
+
+    max_context: the static cache length of a new export (default: the model's context, at most 1024);
+    for an existing export it must not exceed the export's max_seq_len.
+    """
+    from lowbit.api import cache_dir_for
+    from lowbit.io.checkpoint import open_checkpoint
+    from lowbit.openvino.export import DEFAULT_CHUNK_LAYERS, DEFAULT_MAX_SEQ_LEN, export, is_openvino_dir
+
+    p = pathlib.Path(src).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such file or directory")
+    weights = SAME_WEIGHTS.get(weights, weights)
+    kw = dict(device=device, precision=precision, threads=threads, prefill_chunk=prefill_chunk)
+    if is_openvino_dir(p):
+        have = read_manifest(p)["max_seq_len"]
+        if max_context and max_context > have:
+            raise ValueError(f"{p} was exported for at most {have} tokens (asked for {max_context}); "
+                             "export it again with a larger --max-seq-len")
+        return OpenVINOModel(p, **kw)
+    cfg = open_checkpoint(p).config
+    max_seq = int(max_context or min(cfg["max_position_embeddings"], DEFAULT_MAX_SEQ_LEN))
+    layers = int(chunk_layers or DEFAULT_CHUNK_LAYERS)
+    out = cache_dir_for(p, format=f"openvino-{weights}", group_size=group_size, max_seq_len=max_seq,
+                        chunk_layers=layers)
+    if not is_openvino_dir(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        export(p, out, weights=weights, group_size=group_size, max_seq_len=max_seq, chunk_layers=layers,
+               device=device or "CPU", overwrite=True, progress=progress)
+    return OpenVINOModel(out, **kw)

@@ -90,7 +90,9 @@ def export(src, out, weights: str = "int4", group_size: int | None = None, max_s
         raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
     out = pathlib.Path(out).expanduser()
     if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists (pass overwrite=True / --overwrite to replace it)")
+        from lowbit.io.modeldir import OutputExistsError
+
+        raise OutputExistsError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
     ck = open_checkpoint(src)
     cfg = dict(ck.config)
     names = set(ck.tensor_names())

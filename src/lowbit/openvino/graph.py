@@ -8,6 +8,7 @@ One model per chunk (NITRO's layout):
              float32 [1, kv_heads, S, hd]; the T new rows are written with ScatterUpdate at the slots
              `pos` (an explicit position, not NITRO's slice + concat roll).
     head:    x [1, T, hidden]                                     -> logits float32 [1, T, vocab]
+(The layers' output is the Result named `x`; OpenVINO keeps tensor names unique, so its tensor is `x_1`.)
 S = max_seq_len + 1 cache slots: the last one is a scratch slot that padding tokens write to (it is
 masked for every real token). cos/sin are lowbit's own RoPE tables (C = [cos, cos], S = [-sin, sin]).
 Reshapes use 0 ("copy this dim") so a model built for T = 1 can be reshaped to T = P for prefill.
@@ -53,7 +54,8 @@ def as_weight(w, weights: str, group_size: int | None = None) -> PackedWeight | 
 
 
 def weight_const(w, name: str) -> ov.Output:
-    """A float32 [M, K] weight node from a float array or a PackedWeight (integer codes stay compressed)."""
+    """A float32 [M, K] weight node from a float array or a PackedWeight (integer codes stay compressed;
+    their K is lowbit's padded K, a multiple of 64)."""
     if isinstance(w, IntCodeWeight):
         return _decompressed(w, name)
     if isinstance(w, BF16Weight):
@@ -65,6 +67,12 @@ def weight_const(w, name: str) -> ov.Output:
         c = op.constant(w, name=name)
         return op.convert(c, ov.Type.f32, name=name + "/decompress").output(0)
     return op.constant(np.ascontiguousarray(w, np.float32), name=name).output(0)
+
+
+def _f16(v: np.ndarray, name: str) -> ov.Output:
+    """float [M, G] -> a float16 Constant [M, G, 1]."""
+    v = np.ascontiguousarray(np.asarray(v, np.float32).astype(np.float16)[:, :, None])
+    return op.constant(v, dtype=ov.Type.f16, name=name).output(0)
 
 
 def _decompressed(w: IntCodeWeight, name: str) -> ov.Output:
@@ -81,17 +89,21 @@ def _decompressed(w: IntCodeWeight, name: str) -> ov.Output:
         zp = np.where(a == 0, np.float32(0), -b / safe)
     c = op.constant(codes.reshape(m, g, group), dtype=CODE_TYPES[w.bits], name=name)
     x = op.convert(c, ov.Type.f16)
-    x = op.subtract(x, op.constant(zp.astype(np.float16)[:, :, None], name=name + "/zp"))
-    x = op.multiply(x, op.constant(a.astype(np.float16)[:, :, None], name=name + "/scale"))
-    x = op.reshape(x, _i64(m, g * group), False)
-    if g * group != k:  # lowbit pads K to a multiple of 64
-        x = op.slice(x, _i64(0), _i64(k), _i64(1), _i64(1))
+    x = op.subtract(x, _f16(zp, name + "/zp"))
+    x = op.multiply(x, _f16(a, name + "/scale"))
+    x = op.reshape(x, _i64(m, g * group), False)  # [M, Kp]: lowbit pads K to a multiple of 64; linear()
+    # pads the input to match (a Slice here would break the pattern and the plugin would fold it to float32)
     return op.convert(x, ov.Type.f32, name=name + "/decompress").output(0)
 
 
 def linear(x: ov.Output, w, name: str, bias: np.ndarray | None = None) -> ov.Output:
-    """x [1, T, K] @ W.T (+ b) -> [1, T, M]."""
-    y = op.matmul(x, weight_const(w, name), False, True)
+    """x [1, T, K] @ W.T (+ b) -> [1, T, M] (x is zero-padded when the codes cover padded columns)."""
+    x = x.output(0) if isinstance(x, ov.Node) else x
+    wc = weight_const(w, name)
+    extra = int(wc.get_shape()[1]) - int(x.get_shape()[2])
+    if extra:
+        x = op.pad(x, _i64(0, 0, 0), _i64(0, 0, extra), "constant", op.constant(np.float32(0))).output(0)
+    y = op.matmul(x, wc, False, True)
     if bias is not None:
         y = op.add(y, op.constant(np.asarray(bias, np.float32)))
     return y.output(0)
@@ -121,6 +133,19 @@ def relu2(x: ov.Output) -> ov.Output:
 
 
 ACTIVATIONS = {"silu": silu, "swish": silu, "relu2": relu2}
+
+
+def cache_update(var: str, new: ov.Output, pos: ov.Output, slots: int, sinks: list) -> ov.Output:
+    """The cache state `var` [1, heads, S, hd] with rows pos[j] <- new[:, :, j] (new: [1, heads, T, hd]);
+    returns the updated cache and appends its Assign to `sinks`. A ScatterUpdate at explicit slots, not
+    NITRO's roll (slice + concat): the position is an input, so truncating the cache is free."""
+    new = new.output(0) if isinstance(new, ov.Node) else new
+    heads, hd = int(new.get_shape()[1]), int(new.get_shape()[3])
+    init = op.constant(np.zeros((1, heads, slots, hd), np.float32))
+    old = op.read_value(init, var, np.float32, [1, heads, slots, hd], name=var)
+    cur = op.scatter_update(old, pos, new, _i64(2))
+    sinks.append(op.assign(cur, var, name=var + "/assign"))
+    return cur.output(0)
 
 
 class LayerInputs:
@@ -161,14 +186,8 @@ def decoder_layer(inp: LayerInputs, x: ov.Output, i: int, get, cfg: dict, slots:
     q = op.multiply(rope(q, inp.cos, inp.sin, hd), op.constant(np.float32(1.0 / np.sqrt(hd))))
     k = op.transpose(rope(k, inp.cos, inp.sin, hd), _i64(0, 2, 1, 3))  # [1, nkv, T, hd]
     v = op.transpose(v, _i64(0, 2, 1, 3))
-    caches = []
-    for kind, new in (("k", k), ("v", v)):
-        var = f"cache_{kind}_{i}"
-        init = op.constant(np.zeros((1, nkv, slots, hd), np.float32))
-        old = op.read_value(init, var, np.float32, [1, nkv, slots, hd], name=var)
-        cur = op.scatter_update(old, inp.pos, new, _i64(2))  # rows pos[j] <- new[:, :, j]
-        sinks.append(op.assign(cur, var, name=var + "/assign"))
-        caches.append(op.unsqueeze(cur, _i64(2)))  # [1, nkv, 1, S, hd]
+    caches = [op.unsqueeze(cache_update(f"cache_{kind}_{i}", new, inp.pos, slots, sinks), _i64(2))
+              for kind, new in (("k", k), ("v", v))]  # [1, nkv, 1, S, hd] each
     q5 = op.transpose(op.reshape(q, _i64(0, 0, nkv, g, hd), True), _i64(0, 2, 3, 1, 4))  # [1, nkv, g, T, hd]
     s = op.add(op.matmul(q5, caches[0], False, True), inp.mask5)  # [1, nkv, g, T, S]
     o = op.matmul(op.softmax(s, 4), caches[1], False, False)  # [1, nkv, g, T, hd]
