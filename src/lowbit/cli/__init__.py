@@ -5,7 +5,7 @@ import argparse
 import importlib
 import sys
 
-VERBS = ("run", "chat", "convert", "info", "perplexity", "bench", "export-openvino")
+VERBS = ("run", "chat", "convert", "info", "perplexity", "bench", "serve", "export-openvino")
 
 
 def build_parser() -> argparse.ArgumentParser:
