@@ -27,17 +27,6 @@ class CacheIndex:
         self.length = 0
         self.tokens: list[int] = []  # the ids whose K/V are in positions 0..length-1
 
-    @classmethod
-    def over(cls, k: np.ndarray, v: np.ndarray) -> "KVCache":
-        """A cache over existing buffers k, v: [layers, kv_heads, max_ctx, head_dim] (e.g. one slot of a
-        SlotKVCache); nothing is allocated."""
-        c = cls.__new__(cls)
-        c.k, c.v = k, v
-        c.max_ctx = int(k.shape[2])
-        c.length = 0
-        c.tokens = []
-        return c
-
     def reset(self) -> None:
         """Forgets the content (the buffers stay allocated)."""
         self.length = 0
@@ -74,6 +63,17 @@ class KVCache(CacheIndex):
         shape = (n_layers, n_kv_heads, max_ctx, head_dim)
         self.k = np.zeros(shape, dtype)  # k: [layers, kv_heads, max_ctx, head_dim]
         self.v = np.zeros(shape, dtype)  # v: [layers, kv_heads, max_ctx, head_dim]
+
+    @classmethod
+    def over(cls, k: np.ndarray, v: np.ndarray) -> "KVCache":
+        """A cache over existing buffers k, v: [layers, kv_heads, max_ctx, head_dim] (e.g. one slot of a
+        SlotKVCache); nothing is allocated."""
+        c = cls.__new__(cls)
+        c.k, c.v = k, v
+        c.max_ctx = int(k.shape[2])
+        c.length = 0
+        c.tokens = []
+        return c
 
     @property
     def nbytes(self) -> int:
