@@ -202,7 +202,7 @@ class LowbitCheckpoint(Checkpoint):
                     raise ValueError(f"{where}: tensor {name!r} has unknown format {fmt!r}")
                 for key in ("M", "K", "group"):
                     v = meta.get(key)
-                    if key == "group" and "group" not in meta and fmt in ("f32", "bf16"):
+                    if key == "group" and "group" not in meta:  # formats without groups (floats, rsr)
                         continue
                     if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 1 << 31:
                         raise ValueError(f"{where}: tensor {name!r} needs a positive integer {key!r}, got {v!r}")
