@@ -1,0 +1,72 @@
+// Python binding of the native quantizers (called from binding.cpp's module init).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "quantize.h"
+
+namespace nb = nanobind;
+
+namespace lowbit {
+namespace {
+
+template <typename T>
+using Vec = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using AnyArr = nb::ndarray<nb::c_contig, nb::device::cpu>;
+
+void require(bool ok, const std::string& msg) {
+  if (!ok) throw std::invalid_argument(msg);
+}
+
+// src: float32, float16 or (bf16 bits as) uint16, [R][K] with R >= every row read
+void quantize_int_py(AnyArr src, int kind, int64_t M, int64_t K, std::optional<Vec<const int64_t>> rows, int method,
+                     int bits, int64_t group, bool symmetric, Vec<const double> ratios, Vec<uint8_t> codes,
+                     Vec<uint16_t> scale, std::optional<Vec<uint16_t>> offset) {
+  require(M > 0 && K > 0, "quantize_int: M and K must be positive");
+  require(kind == kSrcF32 || kind == kSrcF16 || kind == kSrcBF16, "quantize_int: kind must be 0 (f32), 1 (f16), 2 (bf16)");
+  const nb::dlpack::dtype dt = src.dtype();
+  const bool ok_dtype = kind == kSrcF32 ? dt == nb::dtype<float>()
+                                       : (dt.bits == 16 && (dt.code == (uint8_t)nb::dlpack::dtype_code::Float ||
+                                                            dt.code == (uint8_t)nb::dlpack::dtype_code::UInt));
+  require(ok_dtype, "quantize_int: source dtype does not match kind (float32, float16, or bf16 bits as uint16)");
+  require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "quantize_int: bits must be 1, 2, 4 or 8");
+  require(method == kQuantInt8 || method == kQuantAffine || method == kQuantBinary, "quantize_int: unknown method");
+  const int64_t Kp = (K + 63) / 64 * 64, Mb = (M + 63) / 64;
+  require(group > 0 && (group % 32 == 0 || group == Kp) && group <= Kp, "quantize_int: group must be a multiple of 32 or Kp");
+  const int64_t G = (Kp + group - 1) / group;
+  const int64_t src_rows = (int64_t)(src.size() / (size_t)K);
+  require((int64_t)src.size() == src_rows * K, "quantize_int: source size is not a multiple of K");
+  if (rows) {
+    require((int64_t)rows->shape(0) == M, "quantize_int: rows must have M entries");
+    for (int64_t i = 0; i < M; ++i)
+      require(rows->data()[i] >= 0 && rows->data()[i] < src_rows, "quantize_int: a row index is out of range");
+  } else {
+    require(src_rows >= M, "quantize_int: the source has fewer than M rows");
+  }
+  require((int64_t)codes.shape(0) == Mb * Kp * 64 * bits / 8, "quantize_int: codes has the wrong size");
+  require((int64_t)scale.shape(0) == Mb * G * 64, "quantize_int: scale has the wrong size");
+  require(!offset || (int64_t)offset->shape(0) == Mb * G * 64, "quantize_int: offset has the wrong size");
+  require(method != kQuantAffine || (ratios.shape(0) > 0 && (symmetric || offset)),
+          "quantize_int: affine needs ratios (and offsets unless symmetric)");
+  QuantSource s{src.data(), kind, M, K, rows ? rows->data() : nullptr};
+  QuantSpec p{method, bits, group, symmetric, ratios.data(), (int)ratios.shape(0)};
+  QuantOut o{codes.data(), scale.data(), offset ? offset->data() : nullptr};
+  nb::gil_scoped_release release;
+  quantize_int(s, p, o);
+}
+
+}  // namespace
+
+void bind_quantize(nb::module_& m) {
+  m.def("quantize_int", &quantize_int_py, nb::arg("src"), nb::arg("kind"), nb::arg("M"), nb::arg("K"),
+        nb::arg("rows").none(), nb::arg("method"), nb::arg("bits"), nb::arg("group"), nb::arg("symmetric"),
+        nb::arg("ratios"), nb::arg("codes"), nb::arg("scale"), nb::arg("offset").none(),
+        "Quantizes rows of a float32/float16/bf16 matrix into the integer-code layout (see quantize.h).");
+  m.def("f64_to_f16", [](double d) { return f64_to_f16(d); }, nb::arg("d"));
+}
+
+}  // namespace lowbit
