@@ -50,6 +50,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="format of the output projection (default: int8)")
     p.add_argument("--embed-format", default="bf16", choices=list(FORMAT_HELP), metavar="FMT",
                    help="format of the embedding table (default: bf16)")
+    p.add_argument("--ternary-method", default="absmean", choices=["absmean", "mse"],
+                   help="scale of float weights ternarized to ternary/tq1: absmean (BitNet b1.58, default) or mse "
+                        "(error-minimizing, for post-training ternarization); already-ternary weights keep theirs")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing lowbit directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
@@ -63,7 +66,7 @@ def main(args) -> int:
     try:
         out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
                       lm_head_format=args.lm_head_format, embed_format=args.embed_format,
-                      overwrite=args.force, progress=not args.quiet)
+                      overwrite=args.force, progress=not args.quiet, ternary_method=args.ternary_method)
     except FileExistsError as e:
         print(f"lowbit: error: {e}", file=sys.stderr)
         return 1

@@ -164,6 +164,18 @@ class BatchEngine:
         while self.has_work():
             self.step()
 
+    def fail_all(self, error: Exception | None) -> None:
+        """Ends every queued and running sequence: with `error`, or as cancelled when it is None."""
+        with self._lock:
+            while self._incoming:
+                self.waiting.append(self._incoming.popleft())
+        for seq in list(self.waiting) + list(self.active.values()):
+            if error is None:
+                self._finish(seq, "cancelled")
+            else:
+                self._fail(seq, error)
+        self.waiting.clear()
+
     def _admit(self) -> None:
         while self.free and self.waiting:
             seq = self.waiting.popleft()

@@ -411,11 +411,15 @@ void bind_decoder(nb::module_& m) {
            nb::arg("x"), nb::arg("pos"), nb::arg("slot"), nb::arg("logits"));
 }
 
-namespace lowbit { void bind_quantize(nb::module_& m); }  // quantize_binding.cpp
+namespace lowbit {
+void bind_rsr(nb::module_& m);       // rsr_binding.cpp
+void bind_quantize(nb::module_& m);  // quantize_binding.cpp
+}
 
 NB_MODULE(_native, m) {
   bind_decoder(m);
-  lowbit::bind_quantize(m);
+  bind_rsr(m);
+  bind_quantize(m);
   m.doc() = "lowbit's C++ kernels: packed low-bit GEMV/GEMM, activation quantization, thread pool";
   m.def("set_isa", &select_isa, nb::arg("name"));
   m.def("isa", [] { return selected_isa(); });

@@ -13,6 +13,7 @@ import numpy as np
 from lowbit import _native
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import IntCodeWeight
+from lowbit.formats.rsr import RSRWeight
 from lowbit.formats.tq1 import TQ1Weight
 
 ACTS = {"silu": 0, "swish": 0, "relu2": 1}
@@ -21,6 +22,8 @@ ACTS = {"silu": 0, "swish": 0, "relu2": 1}
 def linear_tuple(lin):
     """The tuple the C++ decoder takes for a Linear, or None if its format has no native path."""
     w, b = lin.weight, lin.bias
+    if isinstance(w, RSRWeight) and w.dense is not None:
+        w = w.dense  # one token: the dense ternary codes rsr keeps for decode (its index serves prefill)
     if isinstance(w, IntCodeWeight):
         return ("int", w.codes, w._scale_u16, w._offset_u16, float(w.zc or 0.0), w.bits, w.shape[0], w.shape[1],
                 w.kp, w.group, b)
