@@ -14,6 +14,8 @@ NATIVE = {
     "int4": [{}, {"group_size": 64}, {"group_size": None}, {"symmetric": True}],
     "int2": [{}, {"group_size": 32}, {"symmetric": True}],
     "binary": [{}, {"group_size": 32}, {"group_size": 96}],
+    "ternary": [{}, {"scale": "row"}, {"group_size": 64}, {"group_size": 32}],
+    "tq1": [{}, {"scale": "row"}, {"group_size": 40}, {"group_size": 20}],
 }
 SHAPES = [(1, 1), (3, 31), (65, 100), (70, 200), (129, 257)]
 
@@ -43,6 +45,26 @@ def test_native_equals_reference(isa, fmt, shape):
     w = weights(shape, shape[0] * 1000 + shape[1] + len(fmt))
     for opts in NATIVE[fmt]:
         same_state(cls.quantize(w, **opts), cls.quantize_reference(w, **opts))
+
+
+def ternary_valued(shape, seed, per_row=False):
+    """{-s, 0, +s} weights (an F16 export of a ternary model): one s, or one per row; row 1 all zero."""
+    rng = np.random.default_rng(seed)
+    s = rng.uniform(0.01, 2, size=(shape[0], 1)) if per_row else np.full((shape[0], 1), 0.37)
+    w = (rng.integers(-1, 2, size=shape) * s).astype(np.float32)
+    if shape[0] > 1:
+        w[1] = 0
+    return w
+
+
+@pytest.mark.parametrize("fmt", ["ternary", "tq1", "binary"])
+@pytest.mark.parametrize("shape", [(3, 31), (70, 200)])
+def test_native_keeps_exact_levels(isa, fmt, shape):
+    cls = FORMATS[fmt]
+    for w in (ternary_valued(shape, 1), ternary_valued(shape, 2, per_row=True), np.sign(weights(shape, 3)) * 0.5):
+        w = np.ascontiguousarray(w, np.float32)
+        for opts in NATIVE[fmt]:
+            same_state(cls.quantize(w, **opts), cls.quantize_reference(w, **opts))
 
 
 @pytest.mark.parametrize("fmt", list(NATIVE))

@@ -108,7 +108,106 @@ void quant_task(void* ctx, int64_t blk) {
   pack_block(codes.data(), Kp, P.bits, J.out.codes + blk * kRows * Kp * P.bits / 8);
 }
 
+struct TernaryJob {
+  QuantSource src;
+  const QuantRowKernels* k;
+  int64_t group, G, Kp;
+  bool tq1;
+  double* sum;
+  float *mx, *mnz;
+  const float* a;
+  uint8_t* codes;
+  uint16_t* scale;
+  std::atomic<bool> bad{false};
+};
+
+void ternary_stats_task(void* ctx, int64_t blk) {
+  TernaryJob& J = *static_cast<TernaryJob*>(ctx);
+  const QuantSource& S = J.src;
+  std::vector<float> w(S.K);
+  const int64_t elsize = S.kind == kSrcF32 ? 4 : 2;
+  for (int64_t m = blk * kRows; m < std::min(S.M, (blk + 1) * kRows); ++m) {
+    const int64_t srow = S.rows ? S.rows[m] : m;
+    if (!J.k->load_row((const char*)S.data + srow * S.K * elsize, S.kind, S.K, w.data(), S.K)) {
+      J.bad.store(true, std::memory_order_relaxed);
+      return;
+    }
+    J.k->unit_stats(w.data(), S.K, J.G, J.group, J.sum + m * J.G, J.mx + m * J.G, J.mnz + m * J.G);
+  }
+}
+
+// codes [64][Kp] (values 0..2) of one row block -> tq1 tiles: byte p of tile t in chunk ch holds the 5 codes
+// of row 16t + p/4 at k = 20ch + 4j + p%4 as v = sum_j c_j 3^(4-j), stored as ceil(v * 256 / 243)
+void pack_block_tq1(const uint8_t* codes, int64_t Kp, uint8_t* dst) {
+  const int64_t nch = Kp / 20;
+  for (int64_t ch = 0; ch < nch; ++ch)
+    for (int t = 0; t < 4; ++t)
+      for (int p = 0; p < 64; ++p) {
+        const uint8_t* row = codes + (16 * t + p / 4) * Kp + 20 * ch + p % 4;
+        uint32_t v = 0;
+        for (int j = 0; j < 5; ++j) v = v * 3 + row[4 * j];
+        dst[(ch * 4 + t) * 64 + p] = (uint8_t)((v * 256 + 242) / 243);
+      }
+}
+
+void ternary_pack_task(void* ctx, int64_t blk) {
+  TernaryJob& J = *static_cast<TernaryJob*>(ctx);
+  const QuantSource& S = J.src;
+  const int64_t Kp = J.Kp, G = J.G;
+  const int64_t elsize = S.kind == kSrcF32 ? 4 : 2;
+  std::vector<float> w(S.K);
+  std::vector<uint8_t> codes(kRows * Kp, 0);
+  uint16_t* scale = J.scale + blk * G * kRows;
+  for (int64_t i = 0; i < kRows; ++i) {
+    const int64_t m = blk * kRows + i;
+    if (m >= S.M) {
+      for (int64_t g = 0; g < G; ++g) scale[g * kRows + i] = 0;
+      continue;
+    }
+    const int64_t srow = S.rows ? S.rows[m] : m;
+    if (!J.k->load_row((const char*)S.data + srow * S.K * elsize, S.kind, S.K, w.data(), S.K)) {
+      J.bad.store(true, std::memory_order_relaxed);
+      return;
+    }
+    J.k->ternary_codes(w.data(), S.K, J.group, J.a + m * G, codes.data() + i * Kp);
+    for (int64_t g = 0; g < G; ++g) scale[g * kRows + i] = f32_to_f16(J.a[m * G + g]);
+  }
+  if (J.tq1)
+    pack_block_tq1(codes.data(), Kp, J.codes + blk * (Kp / 20) * 256);
+  else
+    pack_block(codes.data(), Kp, 2, J.codes + blk * kRows * Kp * 2 / 8);
+}
+
 }  // namespace
+
+void ternary_stats(const QuantSource& src, int64_t group, int64_t G, double* sum, float* mx, float* mnz) {
+  TernaryJob J;
+  J.src = src;
+  J.k = &row_kernels();
+  J.group = group;
+  J.G = G;
+  J.sum = sum;
+  J.mx = mx;
+  J.mnz = mnz;
+  pool_run((src.M + kRows - 1) / kRows, ternary_stats_task, &J);
+  if (J.bad.load()) throw std::invalid_argument("weight has NaN or Inf values");
+}
+
+void ternary_pack(const QuantSource& src, const float* a, int64_t group, int64_t G, bool tq1, uint8_t* codes,
+                  uint16_t* scale) {
+  TernaryJob J;
+  J.src = src;
+  J.k = &row_kernels();
+  J.group = group;
+  J.G = G;
+  J.tq1 = tq1;
+  J.Kp = tq1 ? (src.K + 19) / 20 * 20 : (src.K + kKAlign - 1) / kKAlign * kKAlign;
+  J.a = a;
+  J.codes = codes;
+  J.scale = scale;
+  pool_run((src.M + kRows - 1) / kRows, ternary_pack_task, &J);
+  if (J.bad.load()) throw std::invalid_argument("weight has NaN or Inf values");
+}
 
 void quantize_int(const QuantSource& src, const QuantSpec& spec, const QuantOut& out) {
   QuantJob J;

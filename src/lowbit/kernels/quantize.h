@@ -46,12 +46,24 @@ struct QuantRowKernels {
   void (*affine_groups)(const float* w, int64_t G, int64_t group, int levels, bool symmetric, const double* ratios,
                         int nratios, uint8_t* codes, float* a, float* b, float* scratch);
   void (*binary_groups)(const float* w, int64_t G, int64_t group, int64_t K, uint8_t* codes, float* a);
+  // ternary: per unit of `group` columns, sum|w| (double), max|w|, smallest nonzero |w|
+  void (*unit_stats)(const float* w, int64_t K, int64_t G, int64_t group, double* sum, float* mx, float* mnz);
+  // ternary codes t + 1 = clip(rint(w / a), -1, 1) + 1 for K values, a [units]
+  void (*ternary_codes)(const float* w, int64_t K, int64_t group, const float* a, uint8_t* codes);
 };
 const QuantRowKernels& quant_kernels_scalar();
 const QuantRowKernels& quant_kernels_avx2();
 
 // Throws std::invalid_argument on NaN / Inf in the source (as formats.base.check_weight).
 void quantize_int(const QuantSource& src, const QuantSpec& spec, const QuantOut& out);
+
+// Ternary, pass 1: per row and unit of `group` columns (G units): sum|w|, max|w|, smallest nonzero |w|.
+void ternary_stats(const QuantSource& src, int64_t group, int64_t G, double* sum, float* mx, float* mnz);
+// Ternary, pass 2: codes t + 1 with a float32 [M][G] (float16-exact scales) packed as 2-bit integer codes
+// (tq1 = false: Kp = K rounded to 64) or 5 trits per byte (tq1 = true: Kp = K rounded to 20), and the
+// scales as float16 [Mb][G][64].
+void ternary_pack(const QuantSource& src, const float* a, int64_t group, int64_t G, bool tq1, uint8_t* codes,
+                  uint16_t* scale);
 
 // float16 bits nearest to a double, ties to even (numpy's float64 -> float16 cast).
 uint16_t f64_to_f16(double d);
