@@ -51,10 +51,10 @@ def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = No
             return value
         value = value.dequantize()
     options = {} if group_size is None or fmt in ("f32", "bf16") else {"group_size": group_size}
-    if fmt in ("ternary", "tq1"):
+    if fmt in ("ternary", "tq1", "rsr"):
         options["method"] = ternary_method
     packed = quantize(value, fmt, **options)
-    if source_ternary and fmt in ("ternary", "tq1") and not np.array_equal(packed.dequantize(), value):
+    if source_ternary and fmt in ("ternary", "tq1", "rsr") and not np.array_equal(packed.dequantize(), value):
         warnings.warn(f"a ternary weight {list(value.shape)} could not be stored exactly in {fmt} "
                       f"(group_size={group_size}); it was re-ternarized with {ternary_method}", UserWarning, stacklevel=3)
     return packed

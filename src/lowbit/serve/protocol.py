@@ -118,7 +118,10 @@ def _prompt_ids(body: dict, tokenizer) -> list[int]:
     if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
         p = p[0]  # a batch of one
     if isinstance(p, str):
-        return list(tokenizer.encode(p))
+        try:
+            return list(tokenizer.encode(p))
+        except ValueError as e:  # e.g. a model served without a tokenizer
+            raise RequestError(str(e), "prompt") from None
     if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
         vocab = getattr(tokenizer, "vocab_size", None)
         if any(t < 0 or (vocab is not None and t >= vocab) for t in p):
