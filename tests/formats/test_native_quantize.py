@@ -78,6 +78,9 @@ def test_float16_bf16_and_permuted_sources(isa, fmt):
     same_state(cls.quantize(SourceRows(bits, "bf16")), cls.quantize_reference(as_f32))
     rows = np.random.default_rng(0).permutation(67)
     same_state(cls.quantize(SourceRows(w, rows=rows)), cls.quantize_reference(w[rows]))
+    ro = w.copy()
+    ro.flags.writeable = False  # a read-only mmap view
+    same_state(cls.quantize(ro), cls.quantize_reference(w))
 
 
 @pytest.mark.parametrize("fmt", list(NATIVE))

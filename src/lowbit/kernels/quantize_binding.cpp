@@ -17,7 +17,7 @@ namespace {
 
 template <typename T>
 using Vec = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using AnyArr = nb::ndarray<nb::c_contig, nb::device::cpu>;
+using AnyArr = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;  // any dtype, read-only views too (mmaps)
 
 void require(bool ok, const std::string& msg) {
   if (!ok) throw std::invalid_argument(msg);
