@@ -40,27 +40,35 @@ struct AttnCtx {
   const float* q;
   const void *kc, *vc;
   float *out, *scores;
-  int64_t t, hd, group, max_ctx;
+  int64_t start, t, hd, group, max_ctx;  // positions [start, t)
+  float softcap;
   bool f16;
   const OpsTable* ops;
 };
 
 void attn_task(void* p, int64_t h) {
   const AttnCtx& c = *static_cast<const AttnCtx*>(p);
-  const int64_t off = (h / c.group) * c.max_ctx * c.hd;
+  const int64_t off = ((h / c.group) * c.max_ctx + c.start) * c.hd, n = c.t - c.start;
   if (c.f16)
     c.ops->attn_head_f16(c.q + h * c.hd, static_cast<const uint16_t*>(c.kc) + off,
-                         static_cast<const uint16_t*>(c.vc) + off, c.t, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd);
+                         static_cast<const uint16_t*>(c.vc) + off, n, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd,
+                         c.softcap);
   else
     c.ops->attn_head(c.q + h * c.hd, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off,
-                     c.t, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd);
+                     n, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd, c.softcap);
+}
+
+// RMSNorm of each of `heads` vectors of hd in place (Qwen 3's q/k norms).
+void norm_heads(const OpsTable& ops, float* x, int64_t heads, int64_t hd, const float* w, float eps) {
+  for (int64_t i = 0; i < heads; ++i) ops.rmsnorm(x + i * hd, w, hd, eps, x + i * hd);
 }
 
 }  // namespace
 
 void Decoder::attention(const DecoderLayer& L, int64_t t) {
-  AttnCtx c{this, q_.data(), L.kc, L.vc, att_.data(), scores_.data(), t, s_.hd, s_.n_heads / s_.n_kv, s_.max_ctx,
-            s_.kv_f16, &active_kernels().ops};
+  const int64_t start = L.window > 0 && t > L.window ? t - L.window : 0;
+  AttnCtx c{this, q_.data(), L.kc, L.vc, att_.data(), scores_.data(), start, t, s_.hd, s_.n_heads / s_.n_kv,
+            s_.max_ctx, s_.softcap, s_.kv_f16, &active_kernels().ops};
   pool_run(s_.n_heads, attn_task, &c);
 }
 
@@ -69,7 +77,7 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
   const int64_t H = s_.hidden, hd = s_.hd;
   const float* C = C_ + pos * hd;
   const float* S = S_ + pos * hd;
-  const float qscale = 1.f / std::sqrt((float)hd);
+  const float qscale = s_.qscale > 0.f ? s_.qscale : 1.f / std::sqrt((float)hd);
   for (const DecoderLayer& L : layers_) {
     // attention
     ops.rmsnorm(x, L.ln1, H, s_.eps, xn_.data());
@@ -78,6 +86,8 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
       float* ys[3] = {q_.data(), k_.data(), v_.data()};
       run_linears(lins, ys, 3, xn_.data(), 1, act_);
     }
+    if (L.q_norm) norm_heads(ops, q_.data(), s_.n_heads, hd, L.q_norm, s_.eps);
+    if (L.k_norm) norm_heads(ops, k_.data(), s_.n_kv, hd, L.k_norm, s_.eps);
     rope(q_.data(), s_.n_heads, hd, C, S);
     rope(k_.data(), s_.n_kv, hd, C, S);
     for (float& v : q_) v *= qscale;
@@ -98,6 +108,7 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
       float* ys[1] = {tmp_.data()};
       run_linears(lins, ys, 1, att_.data(), 1, act_);
     }
+    if (L.post_attn) ops.rmsnorm(tmp_.data(), L.post_attn, H, s_.eps, tmp_.data());
     for (int64_t i = 0; i < H; ++i) x[i] += tmp_[i];
     // MLP
     ops.rmsnorm(x, L.ln2, H, s_.eps, xn_.data());
@@ -113,6 +124,7 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
       float* ys[1] = {tmp_.data()};
       run_linears(lins, ys, 1, g_.data(), 1, act_);
     }
+    if (L.post_ffn) ops.rmsnorm(tmp_.data(), L.post_ffn, H, s_.eps, tmp_.data());
     for (int64_t i = 0; i < H; ++i) x[i] += tmp_[i];
   }
   ops.rmsnorm(x, norm_, H, s_.eps, xn_.data());
