@@ -191,6 +191,13 @@ class GGUFCheckpoint(Checkpoint):
                         ("final_logit_softcapping", "final_logit_softcapping"), ("expert_count", "num_local_experts")):
             if g(key) is not None:
                 cfg[hf] = g(key)
+        # llama.cpp loads each bias when present; transformers' attention_bias / mlp_bias mean all of them
+        if any(n.endswith(("_proj.bias")) and ".self_attn." in n for n in self.tensors) and a != "qwen2":
+            cfg["attention_bias"] = True
+        if any(n.endswith("_proj.bias") and ".mlp." in n for n in self.tensors):
+            cfg["mlp_bias"] = True
+        if a == "llama" and cfg.get("sliding_window"):  # Mistral v0.1 is arch llama in GGUF; its window is Mistral's
+            cfg["model_type"], cfg["architectures"] = "mistral", ["MistralForCausalLM"]
         if a == "gemma2":  # llama.cpp scales q by 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for the 27B (46 layers)
             cfg["hidden_activation"] = "gelu_pytorch_tanh"
             cfg["query_pre_attn_scalar"] = (cfg["hidden_size"] // cfg["num_attention_heads"]
@@ -221,9 +228,9 @@ class GGUFCheckpoint(Checkpoint):
         """Heads to un-permute for Q/K of arch llama, else None."""
         if self.arch != "llama":
             return None
-        if name.endswith("self_attn.q_proj.weight"):
+        if name.endswith(("self_attn.q_proj.weight", "self_attn.q_proj.bias")):  # llama.cpp permutes biases too
             return self.config["num_attention_heads"]
-        if name.endswith("self_attn.k_proj.weight"):
+        if name.endswith(("self_attn.k_proj.weight", "self_attn.k_proj.bias")):
             return self.config["num_key_value_heads"]
         return None
 

@@ -221,6 +221,7 @@ class Model:
         weights = self.sanitize(dict(weights))
         self._weights = weights
         self._used: set[str] = set()
+        self._expected = set(self.tensor_shapes(args))  # what this architecture and config read
         self.max_context = int(max_context or min(args.max_position_embeddings, DEFAULT_MAX_CONTEXT))
         # float16 K/V for quantized models (half the bytes attention reads); float32 on the f32 reference path
         q0 = weights.get("model.layers.0.self_attn.q_proj.weight")
@@ -260,6 +261,8 @@ class Model:
         """
         from lowbit.model import get_model_class
 
+        if not isinstance(config, ModelArgs):
+            check_supported(config, "config")  # before ModelArgs, which cannot hold some of what it refuses
         args = config if isinstance(config, ModelArgs) else ModelArgs.from_config(config)
         return get_model_class(args.model_type)(args, weights, tokenizer=tokenizer, max_context=max_context,
                                                 format=format, native_decode=native_decode, **quant_options)
@@ -343,8 +346,7 @@ class Model:
 
     def linear(self, prefix: str) -> Linear:
         w = as_packed(self._get(prefix + ".weight"), self._format, **self._qopts)
-        b = self._weights.get(prefix + ".bias")
-        self._used.add(prefix + ".bias")
+        b = self._get(prefix + ".bias") if prefix + ".bias" in self._expected else None
         return Linear(w, None if b is None else self.norm_weight(b))
 
     @staticmethod
