@@ -127,3 +127,30 @@ def test_cli_info_and_run(family, tmp_path, monkeypatch, capsys):
         assert main(["run", "-m", str(src), "--format", "int8", "-p", "hello", "-n", "4"]) == 0
         out, err = capsys.readouterr()
         assert "generation: " in err and "tokens/s" in err
+
+
+def test_batched_decode_matches_single(family):
+    """Continuous batching (model/batch.py) runs every family's extras: native batched step == single-sequence
+    native decode bitwise, and its numpy twin agrees (f32)."""
+    from lowbit.model.batch import BatchDecoder
+
+    name, hf, gguf, tmodel = family
+    model = model_from_checkpoint(open_checkpoint(hf), max_context=32)
+    prompts, steps, slots = [PROMPT, PROMPT[:3]], [[11, 23, 5, 77], [140, 2, 8, 9]], [1, 0]
+    single = []
+    for p, s in zip(prompts, steps):
+        model.reset()
+        model.prefill(p)
+        single.append([model.decode(t) for t in s])
+    for native in (True, False):
+        bd = BatchDecoder(model, 2, native=native)
+        assert bd.native == native
+        for s, p in zip(slots, prompts):
+            bd.prefill(s, p)
+        for i in range(len(steps[0])):
+            logits = bd.decode([s[i] for s in steps], slots)
+            for b in range(len(prompts)):
+                if native:
+                    assert np.array_equal(logits[b], single[b][i]), (name, b, i)
+                else:
+                    np.testing.assert_allclose(logits[b], single[b][i], rtol=0, atol=1e-4 * np.abs(single[b][i]).max())

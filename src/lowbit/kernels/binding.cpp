@@ -411,11 +411,40 @@ void bind_decoder(nb::module_& m) {
              require(pos >= 0 && pos < d.shape().max_ctx, "position outside the cache");
              nb::gil_scoped_release release;
              d.decode(x.data(), pos, logits.data());
-           });
+           })
+      .def("set_slots",
+           [](Decoder& d, int64_t n_slots, int64_t slot_stride) {
+             const DecoderShape& s = d.shape();
+             require(n_slots >= 1, "n_slots must be >= 1");
+             require(n_slots == 1 || slot_stride >= s.n_kv * s.max_ctx * s.hd, "slots overlap: slot_stride too small");
+             d.set_slots(n_slots, slot_stride);
+           },
+           nb::arg("n_slots"), nb::arg("slot_stride"))
+      .def("decode_batch",
+           [](Decoder& d, Arr<float, nb::ndim<2>> x, Arr<const int64_t, nb::ndim<1>> pos,
+              Arr<const int64_t, nb::ndim<1>> slot, Arr<float, nb::ndim<2>> logits) {
+             const int64_t B = (int64_t)x.shape(0);
+             require(B >= 1 && x.shape(1) == (size_t)d.shape().hidden, "x must be [B, hidden] with B >= 1");
+             require(pos.shape(0) == (size_t)B && slot.shape(0) == (size_t)B, "pos and slot must be [B]");
+             require(logits.shape(0) == (size_t)B && logits.shape(1) == (size_t)d.vocab(), "logits must be [B, vocab]");
+             for (int64_t b = 0; b < B; ++b) {
+               require(pos.data()[b] >= 0 && pos.data()[b] < d.shape().max_ctx, "position outside the cache");
+               require(slot.data()[b] >= 0 && slot.data()[b] < d.n_slots(), "slot outside the cache");
+               for (int64_t c = 0; c < b; ++c) require(slot.data()[c] != slot.data()[b], "two rows write the same slot");
+             }
+             nb::gil_scoped_release release;
+             d.decode_batch(x.data(), B, pos.data(), slot.data(), logits.data());
+           },
+           nb::arg("x"), nb::arg("pos"), nb::arg("slot"), nb::arg("logits"));
+}
+
+namespace lowbit {
+void bind_rsr(nb::module_& m);  // rsr_binding.cpp
 }
 
 NB_MODULE(_native, m) {
   bind_decoder(m);
+  bind_rsr(m);
   m.doc() = "lowbit's C++ kernels: packed low-bit GEMV/GEMM, activation quantization, thread pool";
   m.def("set_isa", &select_isa, nb::arg("name"));
   m.def("isa", [] { return selected_isa(); });

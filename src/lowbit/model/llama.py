@@ -272,7 +272,7 @@ class Model:
 
     def make_rope(self) -> Rope:
         a = self.args
-        return Rope(a.head_dim, self.max_context, a.rope_theta, a.rope_scaling)
+        return Rope(a.head_dim, self.max_context, a.rope_theta, a.rope_scaling, a.rope_freq_factors)
 
     def layer_window(self, i: int) -> int | None:
         """Layer i's sliding window (it attends to the last `window` positions), or None for full attention.

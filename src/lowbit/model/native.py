@@ -13,6 +13,7 @@ import numpy as np
 from lowbit import _native
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import IntCodeWeight
+from lowbit.formats.rsr import RSRWeight
 from lowbit.formats.tq1 import TQ1Weight
 
 ACTS = {"silu": 0, "swish": 0, "relu2": 1, "gelu_pytorch_tanh": 2, "gelu_tanh": 2}
@@ -21,6 +22,8 @@ ACTS = {"silu": 0, "swish": 0, "relu2": 1, "gelu_pytorch_tanh": 2, "gelu_tanh": 
 def linear_tuple(lin):
     """The tuple the C++ decoder takes for a Linear, or None if its format has no native path."""
     w, b = lin.weight, lin.bias
+    if isinstance(w, RSRWeight) and w.dense is not None:
+        w = w.dense  # one token: the dense ternary codes rsr keeps for decode (its index serves prefill)
     if isinstance(w, IntCodeWeight):
         return ("int", w.codes, w._scale_u16, w._offset_u16, float(w.zc or 0.0), w.bits, w.shape[0], w.shape[1],
                 w.kp, w.group, b)
@@ -40,8 +43,9 @@ class NativeDecoder:
         self.vocab = vocab
 
     @classmethod
-    def build(cls, model) -> "NativeDecoder | str":
-        """The native step for this model, or the reason it has none (the model then decodes in numpy)."""
+    def build(cls, model, slots=None) -> "NativeDecoder | str":
+        """The native step over model.cache, or over a SlotKVCache `slots` (for decode_batch); or, when the
+        step cannot run this model, the reason (the model then decodes in numpy)."""
         a = model.args
         act = ACTS.get(a.hidden_act)
         if act is None:
@@ -58,16 +62,22 @@ class NativeDecoder:
         rope = model.rope
         C = np.ascontiguousarray(rope.C, np.float32)
         S = np.ascontiguousarray(rope.S, np.float32)
-        kv_f16 = model.cache.k.dtype == np.float16
+        cache = slots if slots is not None else model.cache
+        kv_f16 = cache.k.dtype == np.float16
         dec = _native.Decoder(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
-                              a.intermediate_size, model.cache.max_ctx, float(a.rms_norm_eps), act, C, S, kv_f16)
+                              a.intermediate_size, cache.max_ctx, float(a.rms_norm_eps), act, C, S, kv_f16)
         keep = [C, S, head]
         dec.set_attention(float(model.attn_scale), float(model.attn_softcap or 0.0))
         for i, (lins, blk) in enumerate(layers):
-            kc, vc = (blk.kc.view(np.uint16), blk.vc.view(np.uint16)) if kv_f16 else (blk.kc, blk.vc)
+            kc, vc = (blk.kc, blk.vc) if slots is None else (slots.k[i, 0], slots.v[i, 0])  # slot 0
+            if kv_f16:
+                kc, vc = kc.view(np.uint16), vc.view(np.uint16)
             dec.add_layer(lins, blk.ln1, blk.ln2, blk.attn_sub, blk.ffn_sub, kc, vc)
             dec.set_layer_extras(i, blk.q_norm, blk.k_norm, blk.post_attn, blk.post_ffn, int(blk.window or 0))
             keep.append(lins)
+        if slots is not None:
+            dec.set_slots(len(slots), slots.slot_stride)
+            keep.append(slots)
         dec.set_output(model.norm, head)
         return cls(dec, model.lm_head.shape[0], keep)
 
@@ -75,4 +85,11 @@ class NativeDecoder:
         """x: float32 [hidden] (the token's embedding, overwritten) at position pos -> logits float32 [vocab]."""
         logits = np.empty(self.vocab, np.float32)
         self._dec.decode(x, pos, logits)
+        return logits
+
+    def decode_batch(self, x: np.ndarray, pos, slot) -> np.ndarray:
+        """x: float32 [B, hidden] embeddings (overwritten), pos, slot: int [B] -> logits float32 [B, vocab]
+        (built with slots=)."""
+        logits = np.empty((x.shape[0], self.vocab), np.float32)
+        self._dec.decode_batch(x, np.ascontiguousarray(pos, np.int64), np.ascontiguousarray(slot, np.int64), logits)
         return logits
