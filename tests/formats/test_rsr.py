@@ -225,3 +225,13 @@ def test_bitnet_converts_to_rsr_losslessly_and_generates_like_ternary(tmp_path, 
     a = lowbit.load(out).generate("The quick", max_tokens=6, temperature=0.0)
     b = lowbit.load(tern).generate("The quick", max_tokens=6, temperature=0.0)
     assert a == b
+
+
+def test_default_k_is_fixed_unless_asked(rng, monkeypatch):
+    w = rng.standard_normal((12, 40)).astype(np.float32)
+    monkeypatch.delenv("LOWBIT_RSR_K", raising=False)
+    assert quantize(w, "rsr").k == 5  # machine-independent bytes by default
+    monkeypatch.setenv("LOWBIT_RSR_K", "3")
+    assert quantize(w, "rsr").k == 3
+    monkeypatch.setenv("LOWBIT_RSR_K", "analytic")
+    assert quantize(w, "rsr").k == analytic_k(12, 40, 3)

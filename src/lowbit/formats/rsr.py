@@ -16,6 +16,8 @@ quantization the dense kernel uses with one group per row, so both paths compute
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from lowbit import _native
@@ -30,11 +32,23 @@ TERNARY_VALUES = np.array([-1.0, 0.0, 1.0], np.float32)
 # `lowbit bench rsr`); below it a model with dense codes uses them.
 DEFAULT_MIN_TOKENS = 32
 TUNE_TOKENS = 128  # the prefill size k is tuned for
+# k when none is given: fixed (not tuned) so a conversion and its bytes do not depend on the machine;
+# LOWBIT_RSR_K=auto|analytic|<int> overrides it (e.g. for `lowbit convert --format rsr`).
+DEFAULT_K = 5
+
+
+def default_k():
+    env = os.environ.get("LOWBIT_RSR_K", "").strip()
+    if not env:
+        return DEFAULT_K
+    return int(env) if env.isdigit() else env
 
 
 class RSRWeight(PackedWeight):
     format = "rsr"
     description = "ternary through an RSR++ index (paper 003) for prefill, dense 2-bit ternary codes for decode"
+    table_values = "{-1, 0, +1}: a base-3 RSR++ index (k = 5) for prefill + the 2-bit ternary codes for decode"
+    table_scales = "per row or tensor"
 
     def __init__(self, shape, k: int, perm: np.ndarray, seg: np.ndarray, scale: np.ndarray,
                  dense: TernaryWeight | None = None, min_tokens: int = DEFAULT_MIN_TOKENS, meta_extra=None):
@@ -62,21 +76,22 @@ class RSRWeight(PackedWeight):
     # --- building ----------------------------------------------------------------------------------
 
     @classmethod
-    def quantize(cls, w, scale: str = "row", k="auto", dense: bool = True, min_tokens: int = DEFAULT_MIN_TOKENS,
-                 group_size: int | None = None, **options) -> "RSRWeight":
-        """Absmean ternarization as ``ternary`` (scale "row" or "tensor"), then the index.
-        k: an int, "analytic" (eq. 7) or "auto" (autotuned on this machine for 128 tokens, cached)."""
+    def quantize(cls, w, scale: str = "row", k=None, dense: bool = True, min_tokens: int = DEFAULT_MIN_TOKENS,
+                 group_size: int | None = None, method: str = "absmean", **options) -> "RSRWeight":
+        """Ternarization as ``ternary`` (scale "row" or "tensor"; method "absmean" or "mse"), then the index.
+        k: an int, "analytic" (eq. 7), "auto" (autotuned on this machine for 128 tokens, cached) or None
+        (DEFAULT_K, or $LOWBIT_RSR_K)."""
         if group_size:
             raise ValueError("rsr: per-group scales cannot go through RSR (a segment sums inputs from the whole "
                              "row); use scale='row' or 'tensor'")
         w = check_weight(w)
         if scale not in ("row", "tensor"):
             raise ValueError(f"rsr: scale must be 'row' or 'tensor', got {scale!r}")
-        t, a16 = ternarize(w, scale, padded_k(w.shape[1]), padded_k(w.shape[1]))
-        return cls.from_ternary(t, a16[:, 0], k=k, dense=dense, min_tokens=min_tokens, scale_mode=scale)
+        t, a16, used = ternarize(w, scale, padded_k(w.shape[1]), padded_k(w.shape[1]), method)
+        return cls.from_ternary(t, a16[:, 0], k=k, dense=dense, min_tokens=min_tokens, scale_mode=used)
 
     @classmethod
-    def from_ternary(cls, t: np.ndarray, a, k="auto", dense: bool = True, min_tokens: int = DEFAULT_MIN_TOKENS,
+    def from_ternary(cls, t: np.ndarray, a, k=None, dense: bool = True, min_tokens: int = DEFAULT_MIN_TOKENS,
                      **meta) -> "RSRWeight":
         """t: int8 [M, K] in {-1, 0, 1}; a: one scale per row [M] (or a scalar)."""
         t = np.asarray(t)
@@ -87,13 +102,13 @@ class RSRWeight(PackedWeight):
         if a.size not in (1, m):
             raise ValueError(f"rsr: one scale per row [M={m}] or a scalar, got {a.size} values")
         a = np.broadcast_to(a, (m,))
-        kk = choose_k(m, kdim, 3, k, TUNE_TOKENS)
+        kk = choose_k(m, kdim, 3, default_k() if k is None else k, TUNE_TOKENS)
         idx = ternary_terms(t, kk, "direct")[0][1]
         dense_w = TernaryWeight.from_ternary(t.astype(np.int8), a.reshape(m, 1)) if dense else None
         return cls((m, kdim), kk, idx.perm, idx.seg, np.ascontiguousarray(a, np.float32), dense_w, min_tokens, meta)
 
     @classmethod
-    def from_ternary_weight(cls, w: TernaryWeight, k="auto", **kw) -> "RSRWeight":
+    def from_ternary_weight(cls, w: TernaryWeight, k=None, **kw) -> "RSRWeight":
         """A ``ternary`` weight with one scale per row, re-indexed losslessly (keeps its codes as the dense part)."""
         if w.ngroups != 1:
             raise ValueError("rsr: needs one scale per row; this ternary weight has per-group scales")
