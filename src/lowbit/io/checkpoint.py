@@ -15,6 +15,10 @@ Tensor names (``W`` = weight matrices [out, in], ``N`` = norm vectors):
     model.layers.{i}.mlp.ffn_sub_norm.weight           N [inter]      (BitNet only)
     model.norm.weight                                  N [hidden]
     lm_head.weight                                     W [vocab, hidden]  (absent when tied)
+Families add: *.bias [out] (Qwen2 q/k/v; attention_bias, mlp_bias), self_attn.{q,k}_norm.weight [hd] (Qwen3),
+{pre,post}_feedforward_layernorm.weight [hidden] (Gemma 2). Each architecture module lists its tensors
+(lowbit.model.<arch>.Model.layer_shapes); the readers split fused checkpoint tensors (FUSED: Phi-3's
+qkv_proj and gate_up_proj) into these names and refuse any tensor that the model would not use.
 """
 from __future__ import annotations
 
@@ -26,8 +30,10 @@ import numpy as np
 
 from lowbit.formats import PackedWeight
 
-SUPPORTED_MODEL_TYPES = ("llama", "bitnet")
 LLAMA_ALIASES = {"mobilellm": "llama", "smollm": "llama", "smollm2": "llama", "falcon3": "llama"}
+# fused checkpoint tensor (inside a layer) -> the canonical tensors it stacks along rows, in order (Phi-3)
+FUSED = {"self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+         "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")}
 
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
@@ -37,27 +43,58 @@ LM_HEAD = "lm_head.weight"
 FINAL_NORM = "model.norm.weight"
 
 
-def layer_tensor_names(i: int, sub_norms: bool) -> list[str]:
-    """The tensor names of decoder layer i, in file order."""
-    p = f"model.layers.{i}."
-    names = [p + "input_layernorm.weight"] + [p + s for s in LINEAR_SUFFIXES[:4]]
-    if sub_norms:
-        names.append(p + "self_attn.attn_sub_norm.weight")
-    names += [p + "post_attention_layernorm.weight"] + [p + s for s in LINEAR_SUFFIXES[4:]]
-    if sub_norms:
-        names.append(p + "mlp.ffn_sub_norm.weight")
-    return names
+def model_class(config: dict, sub_norms: bool = False):
+    """The architecture's Model class (lowbit.model.<arch>); sub_norms: BitNet's sub-norms on a llama config."""
+    from lowbit.model import get_model_class
+
+    cls = get_model_class(config["model_type"])
+    if sub_norms and not cls.sub_norms:
+        from lowbit.model.bitnet import Model as BitNet
+        cls = BitNet
+    return cls
 
 
-def canonical_names(config: dict, sub_norms: bool) -> list[str]:
+def tensor_shapes(config: dict, sub_norms: bool = False) -> dict[str, tuple[int, ...]]:
+    """Every tensor a model of this config has -> shape, in order (lm_head only when untied)."""
+    from lowbit.model.config import ModelArgs
+
+    return model_class(config, sub_norms).tensor_shapes(ModelArgs.from_config(config))
+
+
+def canonical_names(config: dict, sub_norms: bool = False) -> list[str]:
     """Every tensor a model of this config has, in order (lm_head only when untied)."""
-    names = [EMBED]
-    for i in range(config["num_hidden_layers"]):
-        names += layer_tensor_names(i, sub_norms)
-    names.append(FINAL_NORM)
-    if not config["tie_word_embeddings"]:
-        names.append(LM_HEAD)
-    return names
+    return list(tensor_shapes(config, sub_norms))
+
+
+def fused_parts(config: dict, fused: str) -> list[tuple[str, int, int]]:
+    """model.layers.{i}.<FUSED key> -> [(canonical name, first row, end row)] of the stacked tensors."""
+    prefix, _, i, suffix = fused.split(".", 3)
+    parts, start = [], 0
+    for part in FUSED[suffix]:
+        name = f"model.layers.{i}.{part}"
+        rows = expected_shape(config, name)[0]
+        parts.append((name, start, start + rows))
+        start += rows
+    return parts
+
+
+def fused_suffix(name: str) -> str | None:
+    """The FUSED key of a layer tensor name, or None."""
+    parts = name.split(".", 3)
+    if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in FUSED:
+        return parts[3]
+    return None
+
+
+def check_all_used(where, config: dict, present, used: list[str], ignorable=()) -> None:
+    """Refuses a checkpoint holding tensors the model would silently drop (a bias, a norm, an extra layer)."""
+    used_set = set(used)
+    extra = [n for n in present if n not in used_set and not n.endswith(tuple(ignorable))
+             and not (n == LM_HEAD and config.get("tie_word_embeddings"))]  # tied: transformers ignores it too
+    if extra:
+        raise ValueError(f"{where}: the checkpoint has {len(extra)} tensors that model_type {config['model_type']!r} "
+                         f"with this config does not use, e.g. {sorted(extra)[:3]}; lowbit refuses to drop them "
+                         "(a bias needs attention_bias/mlp_bias in the config)")
 
 
 def is_linear(name: str) -> bool:
@@ -67,21 +104,25 @@ def is_linear(name: str) -> bool:
 
 def expected_shape(config: dict, name: str) -> tuple[int, ...]:
     """The shape the config implies for a canonical tensor name."""
-    h, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
-    hd = config["head_dim"]
-    q, kv = config["num_attention_heads"] * hd, config["num_key_value_heads"] * hd
+    from lowbit.model.config import ModelArgs
+
+    a = ModelArgs.from_config(config)
     if name in (EMBED, LM_HEAD):
-        return (vocab, h)
-    if name == FINAL_NORM or name.endswith(("input_layernorm.weight", "post_attention_layernorm.weight")):
-        return (h,)
-    table = {
-        "self_attn.q_proj.weight": (q, h), "self_attn.k_proj.weight": (kv, h), "self_attn.v_proj.weight": (kv, h),
-        "self_attn.o_proj.weight": (h, q), "mlp.gate_proj.weight": (inter, h), "mlp.up_proj.weight": (inter, h),
-        "mlp.down_proj.weight": (h, inter), "self_attn.attn_sub_norm.weight": (q,), "mlp.ffn_sub_norm.weight": (inter,),
-    }
-    for suffix, shape in table.items():
-        if name.endswith(suffix):
-            return shape
+        return (a.vocab_size, a.hidden_size)
+    if name == FINAL_NORM:
+        return (a.hidden_size,)
+    parts = name.split(".", 3)
+    if len(parts) == 4 and parts[:2] == ["model", "layers"] and parts[2].isdigit():
+        suffix = parts[3]
+        if suffix in FUSED:
+            shapes = [expected_shape(config, f"model.layers.{parts[2]}.{p}") for p in FUSED[suffix]]
+            return (sum(s[0] for s in shapes), shapes[0][1])
+        layer = model_class(config, True).layer_shapes(a)  # BitNet's sub-norms included: shapes only
+        if suffix in layer:
+            return layer[suffix]
+        bitnet_free = model_class(config).layer_shapes(a)
+        if suffix in bitnet_free:
+            return bitnet_free[suffix]
     raise KeyError(f"not a known tensor name: {name!r}")
 
 
@@ -103,13 +144,16 @@ def normalize_config(raw: dict, where) -> dict:
     rope_scaling, rms_norm_eps, hidden_act, max_position_embeddings, tie_word_embeddings defaults.
     Raises ValueError naming `where` for an unsupported model_type or missing sizes.
     """
+    from lowbit.model.config import ARCH_ALIASES, check_supported
+
     cfg = dict(raw)
     mt = str(cfg.get("model_type", "")).lower()
     mt = LLAMA_ALIASES.get(mt, mt)
-    if mt not in SUPPORTED_MODEL_TYPES:
+    if mt not in ARCH_ALIASES:
         raise ValueError(f"{where}: unsupported model_type {cfg.get('model_type')!r}; lowbit supports "
-                         f"{', '.join(SUPPORTED_MODEL_TYPES)} (SmolLM2, Falcon3, MobileLLM are llama)")
+                         f"{', '.join(sorted(ARCH_ALIASES))} (SmolLM2, Falcon3, MobileLLM are llama)")
     cfg["model_type"] = mt
+    check_supported(cfg, where)
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if not isinstance(cfg.get(key), int) or cfg[key] <= 0:
             raise ValueError(f"{where}: config needs a positive integer {key!r}, got {cfg.get(key)!r}")
@@ -126,6 +170,8 @@ def normalize_config(raw: dict, where) -> dict:
         scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
     cfg["rope_scaling"] = scaling
     cfg["rms_norm_eps"] = float(cfg.get("rms_norm_eps") or 1e-6)
+    if mt == "gemma2":  # transformers' Gemma 2 reads hidden_activation
+        cfg["hidden_act"] = cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh"
     cfg["hidden_act"] = cfg.get("hidden_act") or ("relu2" if mt == "bitnet" else "silu")
     cfg["max_position_embeddings"] = int(cfg.get("max_position_embeddings") or 2048)
     cfg["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
