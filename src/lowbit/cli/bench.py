@@ -1,4 +1,4 @@
-"""`lowbit bench bandwidth|gemv|e2e`: speed against the machine's memory bandwidth."""
+"""`lowbit bench bandwidth|gemv|e2e|rsr`: speed against the machine's memory bandwidth."""
 from __future__ import annotations
 
 import importlib
@@ -7,7 +7,7 @@ import sys
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: bandwidth, gemv, e2e",
+    p = sub.add_parser("bench", help="benchmarks: bandwidth, gemv, e2e, rsr",
                        description="Benchmarks that measure lowbit against this machine's read bandwidth.")
     bsub = p.add_subparsers(dest="bench", metavar="BENCH")
 
@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     g.add_argument("--json", action="store_true", help="print JSON instead of a table")
     g.set_defaults(func=main_gemv)
 
+    importlib.import_module("lowbit.bench.rsr").add_parser(bsub)
     try:
         importlib.import_module("lowbit.bench.e2e").add_parser(bsub)
     except ModuleNotFoundError as e:
