@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from lowbit.cli._common import add_model_args, load_from_args
+from lowbit.generate.batch import PREFILL_CHUNK
 
 EPILOG = """\
 examples:
@@ -42,6 +43,9 @@ def add_parser(subparsers):
                    help="completion length when a request does not say (default: 256)")
     p.add_argument("--max-queue", type=int, default=64, metavar="Q",
                    help="requests waiting for a slot before new ones are refused with 429 (default: 64)")
+    p.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK, metavar="N",
+                   help=f"prompt tokens prefilled per engine step, between the running requests' decode steps "
+                        f"(default: {PREFILL_CHUNK}; smaller: steadier streams, larger: faster first tokens)")
     p.add_argument("--model-id", default=None, help="the model name /v1/models reports (default: the model dir's name)")
     p.set_defaults(func=main)
     return p
@@ -63,7 +67,7 @@ def main(args) -> int:
     llm = load_from_args(args)
     srv = Server(llm, host=args.host, port=args.port, max_batch=args.max_batch, max_context=args.max_context,
                  max_tokens=args.max_tokens, default_max_tokens=args.default_max_tokens, max_queue=args.max_queue,
-                 model_id=args.model_id, log_level="info")
+                 prefill_chunk=args.prefill_chunk, model_id=args.model_id, log_level="info")
     if args.host not in LOOPBACK:
         print(f"lowbit: warning: listening on {args.host}: reachable from other machines, no authentication",
               file=sys.stderr)

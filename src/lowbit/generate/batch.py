@@ -7,9 +7,10 @@
     seq.text, seq.tokens, seq.finish_reason, seq.stats
 
 Each step admits waiting sequences into free slots (a slot whose cache already holds a prefix of the
-prompt is preferred and that prefix is not recomputed), runs one chunk (prefill_chunk tokens) of one
-newcomer's prompt, then one decode step for every sequence already generating (model/batch.py: one GEMM
-over their rows). A long prompt thus delays the others' next token by at most one chunk per step.
+prompt is preferred and that prefix is not recomputed), runs up to prefill_chunk prompt tokens of the
+newcomers (oldest first; a long prompt takes several steps), then one decode step for every sequence
+already generating (model/batch.py: one GEMM over their rows). Newcomers thus delay the others' next
+token by at most one chunk's prefill per step.
 Text comes out as in Generation (generate/loop.py): EOS ends a sequence and is not emitted, stop strings
 cut the text, the streaming detokenizer keeps multi-byte characters whole; greedy output is the same.
 
@@ -29,7 +30,7 @@ from lowbit.generate.sampling import Sampler, SamplingParams
 from lowbit.model.batch import BatchDecoder
 from lowbit.model.kv_cache import ContextOverflowError
 
-PREFILL_CHUNK = 64  # prompt tokens per engine step: the most a newcomer delays the running sequences' next token
+PREFILL_CHUNK = 64  # prompt tokens per engine step: bounds how long newcomers delay the running sequences' next token
 
 
 class Sequence:
@@ -141,9 +142,11 @@ class BatchEngine:
             self._finish(seq, "cancelled")
         self._admit()
         worked = False
-        prefilling = [s for s in self.active.values() if s.state == "prefill"]
-        if prefilling:
-            self._prefill_chunk(min(prefilling, key=lambda s: s.t_submit))
+        budget = self.prefill_chunk  # prompt tokens this step, oldest newcomer first
+        for seq in sorted((s for s in self.active.values() if s.state == "prefill"), key=lambda s: s.t_submit):
+            if budget <= 0:
+                break
+            budget -= self._prefill_chunk(seq, budget)
             worked = True
         decoding = [s for s in self.active.values() if s.state == "decode"]
         if decoding:
@@ -193,16 +196,18 @@ class BatchEngine:
             seq.t_start = time.perf_counter()
             self.active[best] = seq
 
-    def _prefill_chunk(self, seq: Sequence) -> None:
-        ids = seq.prompt_ids[seq.n_cached:seq.n_cached + self.prefill_chunk]
+    def _prefill_chunk(self, seq: Sequence, budget: int) -> int:
+        """Runs up to `budget` more prompt tokens of seq; returns how many."""
+        ids = seq.prompt_ids[seq.n_cached:seq.n_cached + budget]
         try:
             logits = self.runner.prefill(seq.slot, ids)
         except Exception as e:
             self._fail(seq, e)
-            return
+            return len(ids)
         seq.n_cached += len(ids)
         if seq.n_cached == len(seq.prompt_ids):
             self._on_logits(seq, logits)
+        return len(ids)
 
     def _on_logits(self, seq: Sequence, logits) -> None:
         """Samples the next token of seq and emits its text; ends the sequence when it is done."""

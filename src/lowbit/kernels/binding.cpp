@@ -22,6 +22,7 @@
 #include "linear.h"
 #include "thread_pool.h"
 #include "tq1.h"
+#include "codebook.h"
 
 namespace nb = nanobind;
 using namespace lowbit;
@@ -200,6 +201,51 @@ std::tuple<std::string, double> gemm_tq1(std::vector<std::tuple<Arr<const uint8_
   const auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < iters; ++it) tq1_run(ws[it % ws.size()], a, y.data(), k);
   return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+// codebook (codebook.h): weights is a list of (codes u8 [Mt*Kp/v*m*8], scale f16-as-u16 [G*Mt*8]) copies of
+// one [M, Kp] weight sharing the codebooks cbT f32 [m][v][nc] and cb f32 [m][nc][v]; x f32 [N, Kp]. Runs
+// `iters` products (the i-th on copy i % len) with the Psumbook kernel (psum) or dequantize-then-multiply.
+// Returns (kernel path, seconds).
+std::tuple<std::string, double> gemm_codebook(
+    std::vector<std::tuple<Arr<const uint8_t, nb::ndim<1>>, Arr<const uint16_t, nb::ndim<1>>>> weights,
+    Arr<const float, nb::ndim<3>> cbT, Arr<const float, nb::ndim<3>> cb, int64_t M, int64_t Kp, int64_t group,
+    Arr<const float, nb::ndim<2>> x, Arr<float, nb::ndim<2>> y, bool psum, int iters) {
+  require(!weights.empty(), "gemm_codebook: no weights");
+  require(iters >= 1, "gemm_codebook: iters must be >= 1");
+  const int64_t m = cbT.shape(0), v = cbT.shape(1), nc = cbT.shape(2);
+  require(m >= 1 && v >= 1 && nc >= 2 && nc <= 256 && (nc & (nc - 1)) == 0, "gemm_codebook: codebooks must be [m][v][2^b], b in 1..8");
+  require(cb.shape(0) == (size_t)m && cb.shape(1) == (size_t)nc && cb.shape(2) == (size_t)v, "gemm_codebook: cb must be [m][nc][v] (cbT transposed)");
+  require(M > 0 && Kp > 0 && Kp % v == 0, "gemm_codebook: M must be positive and Kp a positive multiple of v");
+  require(group > 0 && group % v == 0, "gemm_codebook: group must be a positive multiple of v");
+  const int64_t Mt = (M + 7) / 8, G = (Kp + group - 1) / group, N = x.shape(0);
+  require(x.shape(1) == (size_t)Kp, "gemm_codebook: activations must be [N, Kp]");
+  require(y.shape(0) == (size_t)N && y.shape(1) == (size_t)M, "gemm_codebook: output must be [N, M]");
+  std::vector<CodebookWeights> ws;
+  for (auto& [codes, scale] : weights) {
+    CodebookWeights w{codes.data(), scale.data(), cbT.data(), cb.data(), M, Kp, group, m, v, nc, Mt, G};
+    require(codes.shape(0) == (size_t)w.codes_bytes(), "gemm_codebook: packed codes have the wrong size for M, Kp, m, v");
+    require(scale.shape(0) == (size_t)(G * Mt * 8), "gemm_codebook: scales have the wrong size for M, Kp, group");
+    ws.push_back(w);
+  }
+  const char* path = nullptr;
+  const CodebookKernel k = codebook_kernel(psum, &path);
+  nb::gil_scoped_release release;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; it < iters; ++it) codebook_run(ws[it % ws.size()], x.data(), N, y.data(), k);
+  return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+// The codebook quantizer's nearest-centroid search (codebook.h): x, wt f32 [n, v], booksT f32 [v, nc] -> out u8 [n].
+void codebook_assign_py(Arr<const float, nb::ndim<2>> x, std::optional<Arr<const float, nb::ndim<2>>> wt,
+                        Arr<const float, nb::ndim<2>> booksT, Arr<uint8_t, nb::ndim<1>> out) {
+  const int64_t n = x.shape(0), v = x.shape(1), nc = booksT.shape(1);
+  require(booksT.shape(0) == (size_t)v && nc >= 1 && nc <= 256, "codebook_assign: booksT must be [v, nc <= 256]");
+  require(out.shape(0) == (size_t)n, "codebook_assign: out must be [n]");
+  if (wt) require(wt->shape(0) == (size_t)n && wt->shape(1) == (size_t)v, "codebook_assign: wt must be [n, v]");
+  const float* w = wt ? wt->data() : nullptr;
+  nb::gil_scoped_release release;
+  codebook_assign(x.data(), w, booksT.data(), n, v, nc, out.data());
 }
 
 // A projection for the native decoder, from a tuple built by lowbit.model.native:
@@ -434,6 +480,9 @@ NB_MODULE(_native, m) {
   m.def("gemm_float", &gemm_float, nb::arg("w"), nb::arg("x"), nb::arg("y"));
   m.def("gemm_tq1", &gemm_tq1, nb::arg("weights"), nb::arg("M"), nb::arg("Kp"), nb::arg("group"), nb::arg("q"),
         nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters") = 1);
+  m.def("gemm_codebook", &gemm_codebook, nb::arg("weights"), nb::arg("cbT"), nb::arg("cb"), nb::arg("M"), nb::arg("Kp"),
+        nb::arg("group"), nb::arg("x"), nb::arg("y"), nb::arg("psum") = true, nb::arg("iters") = 1);
+  m.def("codebook_assign", &codebook_assign_py, nb::arg("x"), nb::arg("wt").none(), nb::arg("booksT"), nb::arg("out"));
   m.def("bench_int", &bench_int);
   m.def("bench_float", &bench_float);
   m.def("f32_to_f16", [](Arr<const float, nb::ndim<1>> x, Arr<uint16_t, nb::ndim<1>> out) {
