@@ -8,6 +8,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <tuple>
 #include <vector>
@@ -284,6 +285,25 @@ LinearRef linear_from_tuple(nb::handle h) {
     L.M = M;
     L.K = K;
     L.bias = bias(7);
+  } else if (kind == "codebook") {  // ("codebook", codes, scale, cbT, cb, M, K, Kp, group, bias|None)
+    auto codes = nb::cast<Arr<const uint8_t, nb::ndim<1>>>(t[1]);
+    auto scale = nb::cast<Arr<const uint16_t, nb::ndim<1>>>(t[2]);
+    auto cbT = nb::cast<Arr<const float, nb::ndim<3>>>(t[3]);
+    auto cb = nb::cast<Arr<const float, nb::ndim<3>>>(t[4]);
+    const int64_t M = nb::cast<int64_t>(t[5]), K = nb::cast<int64_t>(t[6]), Kp = nb::cast<int64_t>(t[7]);
+    const int64_t group = nb::cast<int64_t>(t[8]);
+    const int64_t m = cbT.shape(0), v = cbT.shape(1), nc = cbT.shape(2);
+    require(v >= 1 && Kp % v == 0 && Kp >= K && Kp - K < v && group > 0 && group % v == 0 && nc <= 256,
+            "codebook: Kp, group must be multiples of v and nc <= 256");
+    require(cb.shape(0) == (size_t)m && cb.shape(1) == (size_t)nc && cb.shape(2) == (size_t)v, "codebook: cb must be [m][nc][v]");
+    L.kind = 4;
+    L.cb = CodebookWeights{codes.data(), scale.data(), cbT.data(), cb.data(), M, Kp, group, m, v, nc, (M + 7) / 8,
+                           (Kp + group - 1) / group};
+    require(codes.shape(0) == (size_t)L.cb.codes_bytes(), "codebook: packed codes have the wrong size");
+    require(scale.shape(0) == (size_t)(L.cb.G * L.cb.Mt * 8), "codebook: scales have the wrong size");
+    L.M = M;
+    L.K = K;
+    L.bias = bias(9);
   } else if (kind == "f32" || kind == "bf16") {
     auto w = nb::cast<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>>>(t[1]);
     require(w.dtype() == (kind == "f32" ? nb::dtype<float>() : nb::dtype<uint16_t>()), "float weight dtype mismatch");
@@ -320,10 +340,10 @@ void prefill_attn_task(void* p, int64_t task) {
   float* o = c.out + (i * c.heads + h) * c.hd;
   if (c.f16)
     c.ops->attn_head_f16(q, static_cast<const uint16_t*>(c.kc) + off, static_cast<const uint16_t*>(c.vc) + off, t, c.hd,
-                         scores.data(), o);
+                         scores.data(), o, 0.f);
   else
     c.ops->attn_head(q, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off, t, c.hd,
-                     scores.data(), o);
+                     scores.data(), o, 0.f);
 }
 
 void attention_prefill(Arr<const float, nb::ndim<3>> q, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<3>> kc,
@@ -417,6 +437,32 @@ void bind_decoder(nb::module_& m) {
            },
            nb::arg("linears"), nb::arg("ln1"), nb::arg("ln2"), nb::arg("attn_sub").none(), nb::arg("ffn_sub").none(),
            nb::arg("kc"), nb::arg("vc"))
+      .def("set_layer_extras",
+           [](Decoder& d, size_t index, std::optional<F1> q_norm, std::optional<F1> k_norm, std::optional<F1> post_attn,
+              std::optional<F1> post_ffn, int64_t window) {
+             const DecoderShape& s = d.shape();
+             require(index < d.n_layers(), "set_layer_extras: no such layer");
+             require(!q_norm || q_norm->shape(0) == (size_t)s.hd, "q_norm must be [head_dim]");
+             require(!k_norm || k_norm->shape(0) == (size_t)s.hd, "k_norm must be [head_dim]");
+             require(!post_attn || post_attn->shape(0) == (size_t)s.hidden, "post_attn norm must be [hidden]");
+             require(!post_ffn || post_ffn->shape(0) == (size_t)s.hidden, "post_ffn norm must be [hidden]");
+             require(window >= 0, "window must be >= 0");
+             DecoderLayer& L = d.layer(index);
+             L.q_norm = q_norm ? q_norm->data() : nullptr;
+             L.k_norm = k_norm ? k_norm->data() : nullptr;
+             L.post_attn = post_attn ? post_attn->data() : nullptr;
+             L.post_ffn = post_ffn ? post_ffn->data() : nullptr;
+             L.window = window;
+           },
+           nb::arg("index"), nb::arg("q_norm").none(), nb::arg("k_norm").none(), nb::arg("post_attn").none(),
+           nb::arg("post_ffn").none(), nb::arg("window"))
+      .def("set_attention",
+           [](Decoder& d, float qscale, float softcap) {
+             require(qscale >= 0.f && softcap >= 0.f && std::isfinite(qscale) && std::isfinite(softcap),
+                     "qscale and softcap must be finite and >= 0");
+             d.set_attention(qscale, softcap);
+           },
+           nb::arg("qscale"), nb::arg("softcap"))
       .def("set_output",
            [](Decoder& d, F1 norm, nb::handle head) {
              require(norm.shape(0) == (size_t)d.shape().hidden, "final norm shape");
@@ -458,12 +504,14 @@ void bind_decoder(nb::module_& m) {
 }
 
 namespace lowbit {
-void bind_rsr(nb::module_& m);  // rsr_binding.cpp
+void bind_rsr(nb::module_& m);       // rsr_binding.cpp
+void bind_quantize(nb::module_& m);  // quantize_binding.cpp
 }
 
 NB_MODULE(_native, m) {
   bind_decoder(m);
   bind_rsr(m);
+  bind_quantize(m);
   m.doc() = "lowbit's C++ kernels: packed low-bit GEMV/GEMM, activation quantization, thread pool";
   m.def("set_isa", &select_isa, nb::arg("name"));
   m.def("isa", [] { return selected_isa(); });
