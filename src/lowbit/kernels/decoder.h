@@ -36,6 +36,8 @@ class Decoder {
   // x: [hidden] embedding of the token at `pos` (overwritten: the residual stream); logits: [vocab].
   void decode(float* x, int64_t pos, float* logits);
   const DecoderShape& shape() const { return s_; }
+  bool has_output() const { return norm_ != nullptr; }
+  int64_t vocab() const { return head_.M; }
   size_t n_layers() const { return layers_.size(); }
 
  private:
