@@ -139,9 +139,10 @@ const std::string& isa_reason() { return state().reason; }
 const KernelTable& active_kernels() { return *state().table; }
 int cpuid_queries() { return g_cpuid_queries.load(); }
 
-std::shared_mutex& settings_mutex() {
-  static std::shared_mutex m;
-  return m;
-}
+// On the heap: a fork() child cannot unlock the copy its parent's thread locked (glibc checks the
+// writer's thread id), so the child replaces it (the old one is leaked).
+std::shared_mutex* g_settings = new std::shared_mutex();
+std::shared_mutex& settings_mutex() { return *g_settings; }
+void settings_mutex_renew_in_child() { g_settings = new std::shared_mutex(); }
 
 }  // namespace lowbit

@@ -26,6 +26,7 @@ int cpuid_queries();
 // Kernel calls hold this shared for their whole run; set_isa and set_threads take it exclusively, so the
 // ISA or the pool never changes under a running kernel (they wait for it). Also held across fork().
 std::shared_mutex& settings_mutex();
+void settings_mutex_renew_in_child();  // fork() child handler only
 const std::string& isa_reason();
 const KernelTable& active_kernels();
 

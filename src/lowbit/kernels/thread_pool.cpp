@@ -170,7 +170,7 @@ void after_fork_child() {
   // The parent's workers do not exist here: leak their pool (joining or destroying their std::thread
   // objects would abort) and let the first pool_run start this process's own workers.
   g_pool.store(new Pool());
-  settings_mutex().unlock();
+  settings_mutex_renew_in_child();
 }
 
 Pool& pool() {
