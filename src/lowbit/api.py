@@ -19,14 +19,17 @@ import hashlib
 import json
 import os
 import pathlib
+import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from lowbit._runtime import set_threads
 from lowbit.generate import Generation, GenerationStats, SamplingParams
+from lowbit.memory import peak_rss_gb, reset_peak_rss, rss_gb
 from lowbit.model import Model
 
-CACHE_VERSION = 2  # bump when converted directories change meaning (2: int4 groups of 32 by default)
+CACHE_VERSION = 3  # bump when converted directories change meaning (2: int4 groups of 32, 3: int8 blocks of 32)
 
 
 def cache_root() -> pathlib.Path:
@@ -62,9 +65,26 @@ def cache_dir_for(src, **settings) -> pathlib.Path:
     return cache_root() / f"{name}-{settings['format']}{f'-g{g}' if g else ''}-{digest}"
 
 
+@dataclass
+class LoadStats:
+    """What lowbit.load spent, apart from generation (llama.cpp's load time)."""
+
+    load_time: float = 0.0  # s: open, fault the weights in, build the model, one warm-up token
+    convert_time: float = 0.0  # s: a first-run conversion into the cache (0 when it was cached)
+    convert_peak_gb: float = 0.0  # the process's peak RSS while converting
+    rss_after_load_gb: float = 0.0  # resident memory once loaded (weights mapped in)
+
+    def __str__(self) -> str:
+        conv = (f" | first-run conversion: {self.convert_time:.2f} s, peak RSS {self.convert_peak_gb:.2f} GB"
+                if self.convert_time else "")
+        return f"load:       {self.load_time * 1e3:8.1f} ms (weights faulted in, one warm-up token){conv}"
+
+
 def resolve_model_dir(src, format: str = "int4", group_size: int | None = None, lm_head_format: str | None = None,
-                      embed_format: str | None = None, progress: bool = True) -> pathlib.Path:
-    """A loadable lowbit model directory for `src`: itself if it is one, else its cached conversion."""
+                      embed_format: str | None = None, progress: bool = True,
+                      stats: LoadStats | None = None) -> pathlib.Path:
+    """A loadable lowbit model directory for `src`: itself if it is one, else its cached conversion
+    (timed into stats.convert_time / convert_peak_gb when it had to be made)."""
     from lowbit.io.modeldir import is_lowbit_dir
 
     p = pathlib.Path(src).expanduser()
@@ -78,7 +98,12 @@ def resolve_model_dir(src, format: str = "int4", group_size: int | None = None, 
         from lowbit.io.convert import convert
 
         out.parent.mkdir(parents=True, exist_ok=True)
+        tic = time.perf_counter()
         convert(p, out, overwrite=True, progress=progress, **settings)
+        if stats is not None:
+            stats.convert_time = time.perf_counter() - tic
+            stats.convert_peak_gb = peak_rss_gb()
+            reset_peak_rss()  # generation's peak is reported apart from the conversion's
     return out
 
 
@@ -100,6 +125,7 @@ class LLM:
         self.path = path  # the lowbit model directory (None for in-memory models)
         self.source = source  # what the user passed to load()
         self.last_stats: GenerationStats | None = None
+        self.load_stats = LoadStats()
 
     @property
     def config(self) -> dict:
@@ -116,9 +142,44 @@ class LLM:
         self.last_stats = gen.stats
         return gen
 
-    def generate(self, prompt, max_tokens: int = 256, **kw) -> str:
-        """The continuation of `prompt` as one string (keywords as stream)."""
+    def generate(self, prompt, max_tokens: int = 256, max_batch: int | None = None, **kw):
+        """The continuation of `prompt` as one string (keywords as stream).
+
+        A list of prompts (each a str or a list of token ids) gives a list of strings, decoded together
+        (continuous batching over a multi-slot KV cache, at most max_batch at once, default up to 16);
+        greedy outputs equal the one-at-a-time ones. last_stats is then a list, one per prompt.
+        """
+        if _is_batch(prompt):
+            return self.generate_batch(prompt, max_tokens=max_tokens, max_batch=max_batch, **kw)
         return "".join(self.stream(prompt, max_tokens=max_tokens, **kw))
+
+    def generate_batch(self, prompts, max_tokens: int = 256, max_batch: int | None = None, temperature: float = 0.0,
+                       top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
+                       seed: int | None = None, stop=None, add_bos: bool | None = None) -> list[str]:
+        """generate() of several prompts at once -> their continuations, in order."""
+        from lowbit.generate.batch import generate_batch
+
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                repetition_penalty=repetition_penalty, seed=seed)
+        seqs = generate_batch(self.model, self.tokenizer, prompts, max_tokens=max_tokens, stop=stop, params=params,
+                              add_bos=add_bos, engine=self.batch_engine(max_batch or min(len(prompts), 16)))
+        for s in seqs:
+            if s.finish_reason == "error":
+                raise RuntimeError(f"batched generation failed: {s.error}")
+        self.last_stats = [s.stats for s in seqs]
+        return [s.text for s in seqs]
+
+    def batch_engine(self, max_batch: int):
+        """The continuous-batching engine with max_batch slots (kept, so slots re-use cached prefixes)."""
+        from lowbit.generate.batch import BatchEngine
+
+        eng = getattr(self, "_engine", None)
+        if eng is None or eng.max_batch != max_batch:
+            eng = self._engine = BatchEngine(self.model, self.tokenizer, max_batch=max_batch)
+        return eng
 
     def chat_prompt(self, messages: list[dict]) -> list[int]:
         """Token ids of the conversation under the model's chat template, ready for the assistant's turn."""
@@ -143,24 +204,54 @@ class LLM:
                 f"{self.model.n_params / 1e6:.0f}M params from {self.path or 'memory'}>")
 
 
+def _is_batch(prompt) -> bool:
+    """A list of prompts (str or id lists), as opposed to one prompt given as a list of token ids."""
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(
+        isinstance(p, (str, list, tuple, np.ndarray)) for p in prompt)
+
+
 def load(path, format: str = "int4", threads: int | None = None, group_size: int | None = None,
          max_context: int | None = None, lm_head_format: str | None = None, embed_format: str | None = None,
-         progress: bool = True) -> LLM:
+         progress: bool = True, warmup: bool = True) -> LLM:
     """Loads a lowbit model directory, or converts an HF folder / GGUF file once (cached) and loads that.
 
     format, group_size, lm_head_format, embed_format: the conversion settings (ignored for a lowbit dir).
     threads: kernel threads (default: physical cores or $LOWBIT_THREADS).
     max_context: KV cache length (default: max_position_embeddings, capped at 8192).
+    warmup: fault every weight page in and run one token through the model now, so the first prompt's
+        speed is the model's, not the page faults' (the time is in .load_stats.load_time).
     """
     from lowbit.io.checkpoint import open_checkpoint
 
     if threads is not None:
         set_threads(threads)
+    stats = LoadStats()
     model_dir = resolve_model_dir(path, format=format, group_size=group_size, lm_head_format=lm_head_format,
-                                  embed_format=embed_format, progress=progress)
+                                  embed_format=embed_format, progress=progress, stats=stats)
+    tic = time.perf_counter()
     ck = open_checkpoint(model_dir)
     model = model_from_checkpoint(ck, max_context=max_context)
-    return LLM(model, model.tokenizer, path=model_dir, source=path)
+    if warmup:
+        if hasattr(ck, "prefault"):
+            ck.prefault()
+        warm_up(model)
+    stats.load_time = time.perf_counter() - tic
+    stats.rss_after_load_gb = rss_gb()
+    llm = LLM(model, model.tokenizer, path=model_dir, source=path)
+    llm.load_stats = stats
+    return llm
+
+
+def warm_up(model: Model) -> None:
+    """One prefill token and one decode step (builds the native decoder, touches the KV cache and the
+    thread pool), then an empty cache."""
+    tok = model.args.bos_token_id
+    tok = tok if isinstance(tok, int) and 0 <= tok < model.args.vocab_size else 0
+    model.reset()
+    logits = model.prefill([tok])
+    if model.cache.max_ctx >= 2:
+        model.decode(int(np.argmax(logits)))
+    model.reset()
 
 
 HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.jinja"]

@@ -52,8 +52,11 @@ def test_conversion_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(conv, "convert", lambda *a, **k: calls.append(k) or real(*a, **k))
     a = lowbit.load(src, format="int8", progress=False)
     assert calls and calls[0]["format"] == "int8" and a.path.parent == cache_root()
+    assert a.load_stats.convert_time > 0 and a.load_stats.convert_peak_gb > 0 and a.load_stats.load_time > 0
     b = lowbit.load(src, format="int8", progress=False)
     assert len(calls) == 1 and b.path == a.path  # converted once
+    assert b.load_stats.convert_time == 0 and b.load_stats.rss_after_load_gb > 0
+    assert b.model.cache.length == 0  # the warm-up token left no trace in the cache
     np.testing.assert_array_equal(a.logits([3, 4, 5]), b.logits([3, 4, 5]))
     c = lowbit.load(src, format="f32", progress=False)
     assert len(calls) == 2 and c.path != a.path and calls[1]["lm_head_format"] == "f32"

@@ -18,6 +18,11 @@ def run_cli(capsys, *argv):
 def test_run(tiny_dir, capsys):
     rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "-p", "The quick", "-n", "8")
     assert rc == 0 and out.strip() and "generation: " in err and "tokens/s" in err
+    lines = {ln.split(":")[0].strip(): ln for ln in err.splitlines() if ":" in ln}
+    # llama.cpp-style timings: load, prompt, generation apart; memory after load and at the end
+    assert {"load", "prompt", "generation", "memory"} <= set(lines)
+    assert "first-run conversion" not in lines["load"]  # a lowbit directory is not converted
+    assert "after load" in lines["memory"] and "at the end" in lines["memory"]
 
 
 def test_run_no_chat_seeded(tiny_dir, capsys):

@@ -16,7 +16,7 @@ INT_FORMATS = ["int8", "int4", "int2", "ternary", "binary"]
 # (M, K, N): SmolLM2-135M's K=576/M=192, MobileLLM's M=1600, M not a multiple of 32, odd K, GEMM N>4
 SHAPES = [(192, 576, 1), (1600, 576, 1), (100, 200, 3), (77, 130, 5), (64, 64, 1), (250, 1024, 9), (33, 960, 2)]
 OPTIONS = {
-    "int8": [{}, {"group_size": 128}, {"group_size": 32}],
+    "int8": [{}, {"group_size": None}, {"group_size": 128}, {"group_size": 32}],
     "int4": [{}, {"group_size": 128, "symmetric": True}, {"group_size": 32}],
     "int2": [{}, {"symmetric": True}, {"group_size": 96}],
     "ternary": [{"scale": "tensor"}, {"scale": "row"}, {"group_size": 64}, {"group_size": 32}],

@@ -172,3 +172,62 @@ def test_smollm2_matches_transformers(smollm2):
     assert set(ck.tensor_names()) == set(sd) - {"lm_head.weight"}
     for name in ck.tensor_names():
         np.testing.assert_array_equal(ck.load(name), sd[name].float().numpy(), err_msg=name)
+
+
+# ---- Llama 3.1/3.2 RoPE: llama3 scaling carried as rope_freqs.weight ----
+
+def test_llama3_rope_from_gguf_and_safetensors_match_transformers(tmp_path):
+    """A tiny llama with llama3 rope scaling, as HF safetensors (rope_scaling in config.json) and as GGUF
+    (rope_freqs.weight, no rope.scaling.* keys: how llama.cpp writes Llama 3.1/3.2), against transformers:
+    greedy tokens equal, logits within 1e-4 (float32 rounding; both sides compute in float32). Before, the GGUF
+    reader dropped rope_freqs.weight and ran plain RoPE (logits off by ~1, checked below)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from lowbit.api import model_from_checkpoint
+    from lowbit.generate import generate_step
+    from lowbit.io.convert import convert
+
+    from .tiny import llama3_rope_factors, write_hf
+
+    scaling = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=64)
+    cfg = tiny_config(rope_theta=10000.0, max_position_embeddings=256, tie_word_embeddings=True)
+    hf_cfg = transformers.LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("model_type", "architectures")},
+                                      rope_scaling=scaling)
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(hf_cfg).eval()
+    weights = {k: v.detach().numpy().copy() for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    for k in weights:  # larger weights than the default init, so positions matter in the logits
+        if weights[k].ndim == 2:
+            weights[k] *= 8
+            hf.state_dict()[k].copy_(torch.from_numpy(weights[k]))
+    hf_dir = write_hf(tmp_path / "hf", dict(cfg, rope_scaling=scaling), weights, dtype="f32")
+    factors = llama3_rope_factors(16, cfg["rope_theta"], scaling)
+    assert factors.min() == 1.0 and factors.max() == 8.0  # the test exercises all three regions
+    gguf_path = write_gguf(tmp_path / "m.gguf", cfg, weights, gguf_tensors={"rope_freqs.weight": factors})
+    plain = write_gguf(tmp_path / "plain.gguf", cfg, weights)
+
+    ids = [int(i) for i in np.random.default_rng(0).integers(3, 300, 24)]
+    n_new = 40  # positions up to 64
+    for src in (hf_dir, gguf_path, convert(gguf_path, tmp_path / "dir", format="f32", lm_head_format="f32",
+                                           embed_format="f32", progress=False)):
+        ck = open_checkpoint(src)
+        ours = model_from_checkpoint(ck, max_context=128)
+        greedy = list(generate_step(ours, ids, max_tokens=n_new))
+        full = ids + greedy
+        with torch.no_grad():
+            ref = hf(torch.tensor([full])).logits[0].numpy()
+        assert ref[len(ids) - 1:-1].argmax(-1).tolist() == greedy, src
+        diff = float(np.abs(ours.logits(full) - ref).max())
+        assert diff < 1e-4, (src, diff)
+    ours = model_from_checkpoint(open_checkpoint(plain), max_context=128)
+    assert float(np.abs(ours.logits(full) - ref).max()) > 1e-2  # the factors matter at these positions
+
+
+def test_bad_rope_freqs_raise(tmp_path):
+    cfg = tiny_config()
+    weights = random_weights(cfg)
+    for bad in (np.ones(5, np.float32), np.array([1, 2, 0, 1, 1, 1, 1, 1], np.float32)):
+        p = write_gguf(tmp_path / "bad.gguf", cfg, weights, gguf_tensors={"rope_freqs.weight": bad})
+        with pytest.raises(ValueError, match="rope_freqs.weight"):
+            open_checkpoint(p)

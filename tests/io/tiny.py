@@ -162,6 +162,24 @@ def write_bitnet_packed(d, cfg: dict, seed: int = 0, linear_class: str | None = 
 
 # ---- GGUF ----
 
+def llama3_rope_factors(head_dim: int, theta: float, scaling: dict) -> np.ndarray:
+    """rope_freqs.weight as llama.cpp's convert_hf_to_gguf.py writes it for rope_type llama3."""
+    import math
+    factor, lo, hi = scaling["factor"], scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+    old = scaling["original_max_position_embeddings"]
+    out = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * math.pi * theta ** (i / head_dim)
+        if wavelen < old / hi:
+            out.append(1.0)
+        elif wavelen > old / lo:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - lo) / (hi - lo)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, np.float32)
+
+
 def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp convert_hf_to_gguf.py's permute (HF rows -> GGUF rows)."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -185,11 +203,12 @@ def gguf_name(name: str) -> str:
 
 def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str, str] | None = None,
                arch: str = "llama", pre: str = "smollm", default_type: str = "F32",
-               raw: dict | None = None) -> pathlib.Path:
+               raw: dict | None = None, gguf_tensors: dict | None = None) -> pathlib.Path:
     """A GGUF as llama.cpp writes it: Q/K rows permuted (arch llama), tokenizer metadata, quantized tensors.
 
     types: HF name -> GGML type name (F32, F16, Q8_0, Q4_0, TQ1_0, TQ2_0) for 2-D tensors (default default_type).
     raw: HF name -> (uint8 blocks [rows, bytes], GGMLQuantizationType) written as is (not permuted).
+    gguf_tensors: GGUF name -> float32 array written as F32 (rope_freqs.weight, ...).
     """
     import gguf
     from gguf import GGMLQuantizationType as T
@@ -230,6 +249,8 @@ def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str,
             w.add_tensor(gguf_name(name), quants.quantize(np.ascontiguousarray(a, np.float32), qtype), raw_dtype=qtype)
     for name, (data, qtype) in (raw or {}).items():
         w.add_tensor(gguf_name(name), data, raw_dtype=qtype)
+    for name, a in (gguf_tensors or {}).items():
+        w.add_tensor(name, np.ascontiguousarray(a, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

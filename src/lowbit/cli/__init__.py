@@ -5,7 +5,7 @@ import argparse
 import importlib
 import sys
 
-VERBS = ("run", "chat", "convert", "info", "perplexity", "bench")
+VERBS = ("run", "chat", "convert", "info", "perplexity", "bench", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

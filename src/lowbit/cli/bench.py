@@ -1,4 +1,4 @@
-"""`lowbit bench bandwidth|gemv|e2e`: speed against the machine's memory bandwidth."""
+"""`lowbit bench bandwidth|gemv|e2e|serve`: speed against the machine's memory bandwidth."""
 from __future__ import annotations
 
 import importlib
@@ -7,7 +7,7 @@ import sys
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: bandwidth, gemv, e2e",
+    p = sub.add_parser("bench", help="benchmarks: bandwidth, gemv, e2e, serve",
                        description="Benchmarks that measure lowbit against this machine's read bandwidth.")
     bsub = p.add_subparsers(dest="bench", metavar="BENCH")
 
@@ -34,11 +34,12 @@ def add_parser(sub) -> None:
     g.add_argument("--json", action="store_true", help="print JSON instead of a table")
     g.set_defaults(func=main_gemv)
 
-    try:
-        importlib.import_module("lowbit.bench.e2e").add_parser(bsub)
-    except ModuleNotFoundError as e:
-        if e.name != "lowbit.bench.e2e":
-            raise
+    for mod in ("lowbit.bench.e2e", "lowbit.bench.serve"):
+        try:
+            importlib.import_module(mod).add_parser(bsub)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

@@ -10,7 +10,7 @@ FORMAT_HELP = {
     "binary": "1-bit +-scale",
     "int2": "2-bit codes, per-group scale and offset",
     "int4": "4-bit codes, per-group scale and offset (default)",
-    "int8": "8-bit codes",
+    "int8": "8-bit codes, one scale per block of 32 (like Q8_0); the lm_head default",
     "bf16": "bfloat16 (no quantization; the speed baseline)",
     "f32": "float32",
 }
@@ -44,12 +44,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", "-f", default="int4", choices=list(FORMAT_HELP),
                    help="format of the decoder layers' projection weights (default: int4)")
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
-                   help="input channels per scale, a multiple of 32 (default: the format's own: 32 for int4, 64 for int2, "
+                   help="input channels per scale, a multiple of 32 (default: the format's own: 32 for int4 and int8, 64 for int2, "
                         "one per tensor for ternary)")
     p.add_argument("--lm-head-format", default="int8", choices=list(FORMAT_HELP), metavar="FMT",
                    help="format of the output projection (default: int8)")
     p.add_argument("--embed-format", default="bf16", choices=list(FORMAT_HELP), metavar="FMT",
                    help="format of the embedding table (default: bf16)")
+    p.add_argument("--ternary-method", default="absmean", choices=["absmean", "mse"],
+                   help="scale of float weights ternarized to ternary/tq1: absmean (BitNet b1.58, default) or mse "
+                        "(error-minimizing, for post-training ternarization); already-ternary weights keep theirs")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing lowbit directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
@@ -63,7 +66,7 @@ def main(args) -> int:
     try:
         out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
                       lm_head_format=args.lm_head_format, embed_format=args.embed_format,
-                      overwrite=args.force, progress=not args.quiet)
+                      overwrite=args.force, progress=not args.quiet, ternary_method=args.ternary_method)
     except FileExistsError as e:
         print(f"lowbit: error: {e}", file=sys.stderr)
         return 1

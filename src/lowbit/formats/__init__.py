@@ -15,13 +15,14 @@ from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.int2 import Int2Weight
 from lowbit.formats.int4 import Int4Weight
 from lowbit.formats.int8 import Int8Weight
+from lowbit.formats.rsr import RSRWeight
 from lowbit.formats.intcodes import IntCodeWeight
 from lowbit.formats.ternary import TernaryWeight
 from lowbit.formats.tq1 import TQ1Weight
 
 FORMATS: dict[str, type[PackedWeight]] = {
     cls.format: cls
-    for cls in (F32Weight, BF16Weight, Int8Weight, Int4Weight, Int2Weight, TernaryWeight, TQ1Weight, BinaryWeight)
+    for cls in (F32Weight, BF16Weight, Int8Weight, Int4Weight, Int2Weight, TernaryWeight, TQ1Weight, BinaryWeight, RSRWeight)
 }
 
 

@@ -74,6 +74,9 @@ class PackedWeight(ABC):
 
     format: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    # the README's weight-format table is generated from these (python -m lowbit.formats --markdown)
+    table_values: ClassVar[str] = ""  # what a weight can be, e.g. "symmetric int8"
+    table_scales: ClassVar[str] = ""  # what the scales cover, e.g. "per block of 32"
 
     shape: tuple[int, int]
 

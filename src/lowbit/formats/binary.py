@@ -1,4 +1,6 @@
 """binary: 1-bit, w = +-s with s = mean|w| per row (default) or per group; sign(0) = +1.
+A group whose |w| are all equal (an already-binary matrix) keeps that s exactly. mean|w| (summed in float64)
+is already the s minimizing ||w - s sign(w)||^2.
 
 Stored as code c = (w >= 0) with a = 2s and zc = 0.5, so w = 2s*c - s exactly: the kernel's b term applies
 the -s, which makes the 1-bit product exact (paper 000's 1-bit path has no such correction)."""
@@ -13,6 +15,8 @@ from lowbit.formats.intcodes import IntCodeWeight, group_view, resolve_group
 class BinaryWeight(IntCodeWeight):
     format = "binary"
     description = "1-bit +-scale, scale = mean|w| per row or group"
+    table_values = "±scale, exact"
+    table_scales = "per row or group"
     bits = 1
     zc = 0.5
 
@@ -23,6 +27,10 @@ class BinaryWeight(IntCodeWeight):
         group = resolve_group(group_size, k)
         wg = group_view(w, group)
         counts = np.minimum(group, k - np.arange(wg.shape[1]) * group).clip(min=1)
-        s = np.abs(wg).sum(axis=2) / counts
+        absw = np.abs(wg)
+        s = absw.sum(axis=2, dtype=np.float64) / counts
+        real = np.arange(wg.shape[1] * group).reshape(wg.shape[1], group) < k  # [G, group]: not padding
+        exact = absw.max(axis=2) == np.where(real, absw, np.inf).min(axis=2)
+        s = np.where(exact, absw.max(axis=2), s)
         codes = (w >= 0).astype(np.uint8)
         return cls.from_codes(codes, (2.0 * s).astype(np.float32), group=group)

@@ -46,6 +46,8 @@ class _FloatWeight(PackedWeight):
 class F32Weight(_FloatWeight):
     format = "f32"
     description = "float32, row-major"
+    table_values = "float32"
+    table_scales = "—"
 
     @classmethod
     def quantize(cls, w, **options):
@@ -58,6 +60,8 @@ class F32Weight(_FloatWeight):
 class BF16Weight(_FloatWeight):
     format = "bf16"
     description = "bfloat16 (stored as uint16), row-major"
+    table_values = "bfloat16 (the 16-bit baseline of every speedup)"
+    table_scales = "—"
 
     def __init__(self, w):
         if w.dtype != np.uint16:

@@ -66,4 +66,6 @@ class _AffineGroupWeight(IntCodeWeight):
 class Int4Weight(_AffineGroupWeight):
     format = "int4"
     description = "4-bit, per-group scale and offset (symmetric: scale only)"
+    table_values = "16 levels, asymmetric (scale + offset) or symmetric"
+    table_scales = "per group of 32"
     bits = 4

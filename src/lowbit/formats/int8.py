@@ -1,6 +1,8 @@
-"""int8: symmetric per-output-channel (or per-group) weights, w = a * (c - 128), c = round(w/a) + 128.
+"""int8: symmetric weights in blocks of 32 input channels (llama.cpp's Q8_0), w = a * (c - 128),
+c = round(w/a) + 128, a = absmax/127 per (row, block); group_size=None keeps one scale per row.
 
-The default lm_head format: 8.0 bits per weight plus one float16 scale per row (or per group)."""
+The default lm_head format: 8 bits per weight plus one float16 scale per block (8.5 bits at blocks of 32).
+Per-row scales cost SmolLM2-135M +5 % perplexity on real text; blocks of 32 keep int8 "no loss"."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,18 +10,23 @@ import numpy as np
 from lowbit.formats.base import check_weight
 from lowbit.formats.intcodes import IntCodeWeight, group_view, resolve_group
 
+DEFAULT_GROUP = 32  # Q8_0's block
+
 
 class Int8Weight(IntCodeWeight):
     format = "int8"
-    description = "8-bit symmetric, one scale per row (or per group)"
+    description = "8-bit symmetric, one scale per block of 32 (Q8_0-like; or per row)"
+    table_values = "symmetric int8"
+    table_scales = "per block of 32 (or per row)"
     bits = 8
     zc = 128.0
 
     @classmethod
-    def quantize(cls, w, group_size: int | None = None, **options):
+    def quantize(cls, w, group_size: int | None = -1, **options):
+        """group_size: -1 = blocks of 32 (default), None = one scale per row, else a multiple of 32."""
         w = check_weight(w)
         m, k = w.shape
-        group = resolve_group(group_size, k)
+        group = resolve_group(DEFAULT_GROUP if group_size == -1 else group_size, k)
         wg = group_view(w, group)
         a = (np.abs(wg).max(axis=2) / 127.0).astype(np.float16).astype(np.float32)
         inv = np.divide(1.0, a, out=np.zeros_like(a), where=a > 0)

@@ -69,6 +69,8 @@ def unpack_tq1(packed: np.ndarray, m: int, k: int) -> np.ndarray:
 class TQ1Weight(PackedWeight):
     format = "tq1"
     description = "1.6-bit ternary, 5 trits per byte (base 3, TQ1_0 scaling) x absmean scale per tensor, row or group"
+    table_values = "{-1, 0, +1}, 5 trits per byte (base 3, like TQ1_0)"
+    table_scales = "per tensor, row or group"
 
     def __init__(self, shape, group, codes, scale, meta_extra=None):
         self.shape = (int(shape[0]), int(shape[1]))
@@ -88,14 +90,15 @@ class TQ1Weight(PackedWeight):
         self._scale_u16 = scale.view(np.uint16)
 
     @classmethod
-    def quantize(cls, w, scale: str = "tensor", group_size: int | None = None, **options) -> "TQ1Weight":
-        """Absmean ternarization exactly as TernaryWeight (scale "tensor" | "row", or group_size= a
-        multiple of 20), packed 5 trits per byte."""
+    def quantize(cls, w, scale: str = "tensor", group_size: int | None = None, method: str = "absmean",
+                 **options) -> "TQ1Weight":
+        """Ternarization exactly as TernaryWeight (scale "tensor" | "row", or group_size= a multiple of 20;
+        method "absmean" | "mse"; ternary-valued input keeps its scale), packed 5 trits per byte."""
         w = check_weight(w)
         if group_size:
             scale = "group"
         group = resolve_group(group_size if scale == "group" else None, w.shape[1])
-        t, a16 = ternarize(w, scale, group, padded_k(w.shape[1]))
+        t, a16, scale = ternarize(w, scale, group, padded_k(w.shape[1]), method)
         return cls.from_ternary(t, a16, group=group, scale_mode=scale)
 
     @classmethod

@@ -12,21 +12,19 @@ chat) only prefills the new tokens.
 """
 from __future__ import annotations
 
-import resource
-import sys
 import time
 from dataclasses import dataclass
 from typing import Iterator
 
 from lowbit.generate.detok import StopMatcher, StreamDecoder
 from lowbit.generate.sampling import Sampler, SamplingParams
+from lowbit.memory import peak_rss_gb, rss_gb
 from lowbit.model.kv_cache import ContextOverflowError
 
 
 def peak_memory_gb() -> float:
-    """This process's peak resident memory, GB."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 1e9 if sys.platform == "darwin" else rss * 1024 / 1e9
+    """This process's peak resident memory, GB (since the last lowbit.memory.reset_peak_rss)."""
+    return peak_rss_gb()
 
 
 @dataclass
@@ -36,7 +34,8 @@ class GenerationStats:
     prompt_time: float = 0.0  # s, prefill + first sampling
     generation_tokens: int = 0  # tokens generated (including an EOS that ended generation)
     generation_time: float = 0.0  # s, from the first generated token to the last
-    peak_memory_gb: float = 0.0
+    peak_memory_gb: float = 0.0  # peak RSS of the process (since load, when load reset it)
+    rss_end_gb: float = 0.0  # RSS when generation ended
     finish_reason: str = ""  # "stop" (EOS or stop string), "length" (max_tokens or context full)
 
     @property
@@ -156,6 +155,7 @@ class Generation:
         finally:
             steps.close()
             st.peak_memory_gb = peak_memory_gb()
+            st.rss_end_gb = rss_gb()
 
 
 def stream(model, tokenizer, prompt, max_tokens: int = 256, stop=None, temperature: float = 0.0,

@@ -19,32 +19,45 @@ import numpy as np
 
 from lowbit.formats import FORMATS, PackedWeight, quantize
 from lowbit.formats.intcodes import GROUP_ALIGN
-from lowbit.formats.ternary import TernaryWeight
+from lowbit.formats.ternary import METHODS, TernaryWeight, is_ternary_valued
 from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear, open_checkpoint
 from lowbit.io.modeldir import SHARD_BYTES, ModelDirWriter
 
-LOW_BIT = ("ternary", "tq1", "binary")
+LOW_BIT = ("ternary", "tq1", "binary", "rsr")
 COLLAPSE_WARNING = ("converting float weights to {fmt}: expect the model's quality to collapse unless it was "
                     "trained for it (BitNet b1.58 / ParetoQ-style quantization-aware training)")
 
 
-def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = None) -> PackedWeight:
+def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = None,
+         ternary_method: str = "absmean") -> PackedWeight:
     """value (float32 [M, K] or a PackedWeight) -> PackedWeight in fmt.
 
     A packed value already in fmt is kept as is (lossless: BitNet / TQ ternary stays ternary);
-    otherwise it is dequantized and quantized again.
+    otherwise it is dequantized and quantized again (ternary-valued floats keep their scale exactly;
+    a ternary source that the target cannot hold exactly, e.g. TQ2_0's per-256 scales in tq1, warns).
     """
+    source_ternary = isinstance(value, TernaryWeight)
     if isinstance(value, PackedWeight):
         if isinstance(value, TernaryWeight) and fmt == "tq1" and group_size is None and value.ngroups == 1:
             from lowbit.formats.tq1 import TQ1Weight  # ternary with one scale per row: repack losslessly
 
             a, _ = value.affine()
             return TQ1Weight.from_ternary(value.unpacked_codes().astype(np.int8) - 1, a)
+        if isinstance(value, TernaryWeight) and fmt == "rsr" and value.ngroups == 1:
+            from lowbit.formats.rsr import RSRWeight  # ternary with one scale per row: index losslessly
+
+            return RSRWeight.from_ternary_weight(value)
         if value.format == fmt and (group_size is None or fmt == "ternary" or getattr(value, "group", None) == group_size):
             return value
         value = value.dequantize()
     options = {} if group_size is None or fmt in ("f32", "bf16") else {"group_size": group_size}
-    return quantize(value, fmt, **options)
+    if fmt in ("ternary", "tq1", "rsr"):
+        options["method"] = ternary_method
+    packed = quantize(value, fmt, **options)
+    if source_ternary and fmt in ("ternary", "tq1", "rsr") and not np.array_equal(packed.dequantize(), value):
+        warnings.warn(f"a ternary weight {list(value.shape)} could not be stored exactly in {fmt} "
+                      f"(group_size={group_size}); it was re-ternarized with {ternary_method}", UserWarning, stacklevel=3)
+    return packed
 
 
 def _check_format(name: str, fmt: str) -> None:
@@ -54,7 +67,7 @@ def _check_format(name: str, fmt: str) -> None:
 
 def convert(src, out, format: str = "int4", group_size: int | None = None, lm_head_format: str = "int8",
             embed_format: str = "bf16", overwrite: bool = False, progress: bool = True,
-            shard_bytes: int = SHARD_BYTES) -> pathlib.Path:
+            shard_bytes: int = SHARD_BYTES, ternary_method: str = "absmean") -> pathlib.Path:
     """Converts a checkpoint (HF folder, .gguf, or lowbit dir) into a lowbit model directory at out.
 
     Args:
@@ -66,6 +79,9 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         embed_format: format of the embedding table.
         overwrite: replace an existing lowbit directory at out.
         progress: show a tqdm bar.
+        ternary_method: scale of a float weight ternarized to ternary/tq1: "absmean" (BitNet b1.58's) or
+            "mse" (the error-minimizing one, for post-training ternarization). Weights that are already
+            ternary-valued keep their own scale either way.
     Returns:
         the path of the new directory.
     """
@@ -74,6 +90,8 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
     _check_format("embed_format", embed_format)
     if group_size is not None and (group_size <= 0 or group_size % GROUP_ALIGN):
         raise ValueError(f"group size must be a positive multiple of {GROUP_ALIGN}, got {group_size}")
+    if ternary_method not in METHODS:
+        raise ValueError(f"unknown ternary_method {ternary_method!r}; choose one of {', '.join(METHODS)}")
     ckpt = open_checkpoint(src)
     tokenizer = ckpt.tokenizer()
     names = ckpt.tensor_names()
@@ -88,10 +106,11 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
             bar.set_postfix_str(name, refresh=False)
             value = ckpt.load(name)
             if is_linear(name):
-                if format in LOW_BIT and not isinstance(value, TernaryWeight) and not warned:
+                if (format in LOW_BIT and not warned and not isinstance(value, TernaryWeight)
+                        and not (isinstance(value, np.ndarray) and is_ternary_valued(value))):
                     warnings.warn(COLLAPSE_WARNING.format(fmt=format), UserWarning, stacklevel=2)
                     warned = True
-                writer.add(name, pack(value, format, group_size))
+                writer.add(name, pack(value, format, group_size, ternary_method))
             elif name == LM_HEAD:
                 writer.add(name, pack(value, lm_head_format))
             elif name == EMBED:
@@ -108,6 +127,6 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         if tied:  # the directory now holds its own lm_head
             config["tie_word_embeddings"] = False
         meta = {"format": format, "group_size": group_size, "lm_head_format": lm_head_format,
-                "embed_format": embed_format, "source": str(ckpt.path), "source_kind": ckpt.kind,
+                "embed_format": embed_format, "ternary_method": ternary_method, "source": str(ckpt.path), "source_kind": ckpt.kind,
                 "tied_embeddings": tied or bool(ckpt.config.get("tie_word_embeddings"))}
         return writer.finish(config, tokenizer, meta)

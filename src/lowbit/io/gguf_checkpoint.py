@@ -2,7 +2,8 @@
 
 Tensors: F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_*/Q4_K/Q6_K/... dequantize to float32 with gguf.quants;
 TQ1_0/TQ2_0 decode losslessly to ternary t [M, K] + one float16 scale d per (row, 256-block) ->
-TernaryWeight(group=256).
+TernaryWeight(group=256), or one scale per row (group = Kp) when each row's blocks share one d (a TQ2_0
+export of a BitNet model, whose F16 export then converts to the very same codes and scales).
 
 llama.cpp's converter permutes the rows of Q and K for its RoPE (arch "llama" only: "bitnet" uses the
 NEOX rope and is not permuted). Per head, HF rows [0..hd/2) and [hd/2..hd) are interleaved:
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowbit.formats.ternary import TernaryWeight
+from lowbit.formats.ternary import TernaryWeight, row_scales_if_uniform
 from lowbit.io.checkpoint import LM_HEAD, Checkpoint, canonical_names, check_shape, expected_shape, normalize_config
 
 TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
@@ -92,6 +93,7 @@ class GGUFCheckpoint(Checkpoint):
         self.meta = {k: f for k, f in self.reader.fields.items() if not k.startswith("GGUF.")}
         self.tensors = {}
         by_name = {t.name: t for t in self.reader.tensors}
+        self.extra = {n: by_name[n] for n in ("rope_freqs.weight",) if n in by_name}  # model-wide, not weights
         for t in self.reader.tensors:
             name = hf_name(t.name)
             if name is not None:
@@ -103,6 +105,8 @@ class GGUFCheckpoint(Checkpoint):
         if self.arch not in ARCHS:
             raise ValueError(f"{self.path}: unsupported GGUF architecture {self.arch!r}; lowbit supports {', '.join(ARCHS)}")
         self.config = normalize_config(self._config(), self.path)
+        if "rope_freqs.weight" in self.extra:  # Llama 3.1/3.2: llama3 scaling as per-frequency factors
+            self.config["rope_freq_factors"] = self._rope_freq_factors(self.extra["rope_freqs.weight"])
         self.sub_norms = any(n.endswith("attn_sub_norm.weight") for n in self.tensors)
         self._names = canonical_names(self.config, self.sub_norms)
         missing = [n for n in self._names if n not in self.tensors]
@@ -148,6 +152,19 @@ class GGUFCheckpoint(Checkpoint):
                 cfg["rope_scaling"]["original_max_position_embeddings"] = g("rope.scaling.original_context_length")
         return cfg
 
+    def _rope_freq_factors(self, t) -> list[float]:
+        """rope_freqs.weight: one float per rotary frequency (head_dim/2 of them); inv_freq is divided by it."""
+        from gguf import quants
+        hd = self.config["head_dim"]
+        try:
+            f = np.asarray(quants.dequantize(t.data, t.tensor_type), np.float64).reshape(-1)
+        except (NotImplementedError, ValueError) as e:
+            raise ValueError(f"{self.path}: rope_freqs.weight cannot be read ({e})") from None
+        if f.size != hd // 2 or not np.all(np.isfinite(f)) or not np.all(f > 0):
+            raise ValueError(f"{self.path}: rope_freqs.weight must hold head_dim/2 = {hd // 2} positive finite "
+                             f"factors, got {f.size} values")
+        return [float(v) for v in f]
+
     def tensor_names(self) -> list[str]:
         return list(self._names)
 
@@ -182,7 +199,11 @@ class GGUFCheckpoint(Checkpoint):
             tern, d = decode_ternary(t.data, t.tensor_type, *shape)
             if n_head:
                 tern, d = unpermute_rows(tern, n_head), unpermute_rows(d, n_head)
-            return TernaryWeight.from_ternary(tern, d * np.float32(scale), group=QK_K, source=t.tensor_type.name)
+            d = d * np.float32(scale)
+            rows = row_scales_if_uniform(tern, d, QK_K)
+            if rows is not None:
+                return TernaryWeight.from_ternary(tern, rows, source=t.tensor_type.name)
+            return TernaryWeight.from_ternary(tern, d, group=QK_K, source=t.tensor_type.name)
         try:
             w = quants.dequantize(t.data, t.tensor_type)
         except NotImplementedError:

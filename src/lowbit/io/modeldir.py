@@ -207,6 +207,11 @@ class LowbitCheckpoint(Checkpoint):
         except (KeyError, ValueError) as e:
             raise ValueError(f"{self.path}: cannot rebuild {name!r} as {meta.get('format')!r} ({e})") from None
 
+    def prefault(self) -> None:
+        """Faults every weight page in now (see SafetensorsFile.prefault)."""
+        for f in self.files:
+            f.prefault()
+
     def tokenizer(self):
         from lowbit.io.tokenizer import Tokenizer
         return Tokenizer.from_hf_dir(self.path, self.config)

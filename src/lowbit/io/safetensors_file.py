@@ -10,6 +10,7 @@ bf16 has no numpy dtype: ``raw`` returns its bits as uint16 and ``float32`` wide
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import pathlib
 
@@ -22,6 +23,8 @@ DTYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype("?"),
 }
 MAX_HEADER = 100 * 1024 * 1024
+MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux >= 5.14: fault every page in, one call
+PAGE = 4096
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
@@ -102,6 +105,26 @@ class SafetensorsFile:
             # writes never reach the file; and kernels that take non-const arrays accept the views
             self._mm = np.memmap(self.path, dtype=np.uint8, mode="c")
         return np.ndarray(shape, dtype, buffer=self._mm, offset=self._data_start + begin)
+
+    def prefault(self) -> None:
+        """Maps every page of the file now (read from disk if needed), so the first kernel call that
+        reads the weights does not pay the page faults: MADV_POPULATE_READ where the kernel has it,
+        else MADV_WILLNEED and a read of one byte per page."""
+        if self._mm is None:
+            if os.path.getsize(self.path) == self._data_start:
+                return
+            self._mm = np.memmap(self.path, dtype=np.uint8, mode="c")
+        m = getattr(self._mm, "_mmap", None)
+        if m is not None and hasattr(m, "madvise"):
+            try:
+                m.madvise(MADV_POPULATE_READ)
+                return
+            except (OSError, ValueError):
+                try:
+                    m.madvise(mmap.MADV_WILLNEED)
+                except (OSError, ValueError, AttributeError):
+                    pass
+        int(self._mm[::PAGE].max())  # touch one byte per page
 
     def float32(self, name: str) -> np.ndarray:
         """The tensor as float32 (bf16/f16/f64/ints are converted; f32 is returned as a view)."""

@@ -473,6 +473,7 @@ void bind_decoder(nb::module_& m) {
            [](PyDecoder& self, nb::handle lins, nb::handle ln1, nb::handle ln2, nb::handle attn_sub, nb::handle ffn_sub,
               nb::handle hkc, nb::handle hvc) {
              const DecoderShape& s = self.d.shape();
+             require(self.d.n_slots() == 1, "add_layer: add every layer before set_slots");
              const auto t = items(lins, 7, "add_layer: linears (q, k, v, o, gate, up, down)");
              std::vector<nb::object> keep;
              DecoderLayer L;
@@ -543,11 +544,64 @@ void bind_decoder(nb::module_& m) {
              self.d.decode(x.data(), pos, logits.data());
            },
            nb::arg("x"), nb::arg("pos"), nb::arg("logits"))
+      // The multi-slot cache of batched decoding: k, v are the whole [layers, slots, kv_heads, max_ctx, hd]
+      // arrays whose slot 0 each layer's kc/vc is; every slot of every layer must lie inside them.
+      .def("set_slots",
+           [](PyDecoder& self, int64_t n_slots, int64_t slot_stride, nb::handle hk, nb::handle hv) {
+             const DecoderShape& s = self.d.shape();
+             const int64_t slot_size = s.n_kv * s.max_ctx * s.hd;
+             require(n_slots >= 1, "set_slots: n_slots must be >= 1");
+             require(n_slots == 1 || slot_stride >= slot_size, "set_slots: slots overlap: slot_stride too small");
+             auto k = any_out<5>(hk, "set_slots: k (the whole slot cache)");
+             auto v = any_out<5>(hv, "set_slots: v (the whole slot cache)");
+             const auto want = s.kv_f16 ? nb::dtype<uint16_t>() : nb::dtype<float>();
+             require(k.dtype() == want && v.dtype() == want, "set_slots: the slot cache must have the decoder's KV dtype");
+             const int64_t esz = s.kv_f16 ? 2 : 4, need = ((n_slots - 1) * slot_stride + slot_size) * esz;
+             for (const DecoderLayer& L : self.d.layers())
+               for (auto [p, a] : {std::pair{(const char*)L.kc, &k}, std::pair{(const char*)L.vc, &v}}) {
+                 const char* lo = (const char*)a->data();
+                 const char* hi = lo + (int64_t)a->size() * esz;
+                 require(p >= lo && p + need <= hi, "set_slots: a layer's slots reach outside the slot cache");
+               }
+             std::lock_guard<std::mutex> lock(self.mu);
+             self.d.set_slots(n_slots, slot_stride);
+             self.keep.push_back(nb::borrow(hk));
+             self.keep.push_back(nb::borrow(hv));
+           },
+           nb::arg("n_slots"), nb::arg("slot_stride"), nb::arg("k"), nb::arg("v"))
+      .def("decode_batch",
+           [](PyDecoder& self, nb::handle hx, nb::handle hpos, nb::handle hslot, nb::handle hlogits) {
+             Decoder& d = self.d;
+             require(d.has_output(), "decode_batch: the output layer is not set (call set_output first)");
+             auto x = out<float, 2>(hx, "decode_batch: x");
+             auto pos = in<int64_t, 1>(hpos, "decode_batch: pos");
+             auto slot = in<int64_t, 1>(hslot, "decode_batch: slot");
+             auto logits = out<float, 2>(hlogits, "decode_batch: logits");
+             const int64_t B = (int64_t)x.shape(0);
+             require(B >= 1 && x.shape(1) == (size_t)d.shape().hidden, "decode_batch: x must be [B, hidden] with B >= 1");
+             require(pos.shape(0) == (size_t)B && slot.shape(0) == (size_t)B, "decode_batch: pos and slot must be [B]");
+             require(is_shape(logits, B, d.vocab()), "decode_batch: logits must be [B, vocab]");
+             for (int64_t b = 0; b < B; ++b) {
+               require(pos.data()[b] >= 0 && pos.data()[b] < d.shape().max_ctx, "decode_batch: position outside the cache");
+               require(slot.data()[b] >= 0 && slot.data()[b] < d.n_slots(), "decode_batch: slot outside the cache");
+               for (int64_t c = 0; c < b; ++c) require(slot.data()[c] != slot.data()[b], "decode_batch: two rows write the same slot");
+             }
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(self.mu);
+             KernelsRunning running(settings_mutex());
+             d.decode_batch(x.data(), B, pos.data(), slot.data(), logits.data());
+           },
+           nb::arg("x"), nb::arg("pos"), nb::arg("slot"), nb::arg("logits"))
       .def_prop_ro("n_layers", [](PyDecoder& self) { return self.d.n_layers(); });
+}
+
+namespace lowbit {
+void bind_rsr(nb::module_& m);  // rsr_binding.cpp
 }
 
 NB_MODULE(_native, m) {
   bind_decoder(m);
+  bind_rsr(m);
   m.doc() = "lowbit's C++ kernels: packed low-bit GEMV/GEMM, activation quantization, thread pool";
   m.def("set_isa", &set_isa, nb::arg("name"));
   m.def("isa", [] { return selected_isa(); });

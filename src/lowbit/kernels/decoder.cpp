@@ -56,6 +56,33 @@ void attn_task(void* p, int64_t h) {
                      c.t, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd);
 }
 
+// Attention of B sequences' new tokens, task = b * heads + h; sequence b reads its slot up to pos[b].
+struct BatchAttnCtx {
+  const float* q;  // [B][heads*hd]
+  const void *kc, *vc;  // slot 0 of this layer
+  float* out;  // [B][heads*hd]
+  const int64_t *pos, *slot;
+  int64_t heads, hd, group, max_ctx, slot_stride;
+  bool f16;
+  const OpsTable* ops;
+};
+
+void batch_attn_task(void* p, int64_t task) {
+  const BatchAttnCtx& c = *static_cast<const BatchAttnCtx*>(p);
+  thread_local std::vector<float> scores;
+  const int64_t b = task / c.heads, h = task % c.heads, t = c.pos[b] + 1;
+  if ((int64_t)scores.size() < t) scores.resize(t);
+  const int64_t off = c.slot[b] * c.slot_stride + (h / c.group) * c.max_ctx * c.hd;
+  const float* q = c.q + (b * c.heads + h) * c.hd;
+  float* o = c.out + (b * c.heads + h) * c.hd;
+  if (c.f16)
+    c.ops->attn_head_f16(q, static_cast<const uint16_t*>(c.kc) + off, static_cast<const uint16_t*>(c.vc) + off, t,
+                         c.hd, scores.data(), o);
+  else
+    c.ops->attn_head(q, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off, t, c.hd,
+                     scores.data(), o);
+}
+
 }  // namespace
 
 void Decoder::attention(const DecoderLayer& L, int64_t t) {
@@ -119,6 +146,83 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
   const LinearRef* lins[1] = {&head_};
   float* ys[1] = {logits};
   run_linears(lins, ys, 1, xn_.data(), 1, act_);
+}
+
+void Decoder::decode_batch(float* x, int64_t B, const int64_t* pos, const int64_t* slot, float* logits) {
+  const OpsTable& ops = active_kernels().ops;
+  const int64_t H = s_.hidden, hd = s_.hd, QD = s_.n_heads * hd, KD = s_.n_kv * hd, F = s_.inter;
+  const float qscale = 1.f / std::sqrt((float)hd);
+  bxn_.resize(B * H);
+  bq_.resize(B * QD);
+  bk_.resize(B * KD);
+  bv_.resize(B * KD);
+  batt_.resize(B * QD);
+  bg_.resize(B * F);
+  bu_.resize(B * F);
+  btmp_.resize(B * H);
+  for (const DecoderLayer& L : layers_) {
+    // attention: Q/K/V of all B rows in one GEMM, then RoPE and the cache write per sequence
+    for (int64_t b = 0; b < B; ++b) ops.rmsnorm(x + b * H, L.ln1, H, s_.eps, bxn_.data() + b * H);
+    {
+      const LinearRef* lins[3] = {&L.q, &L.k, &L.v};
+      float* ys[3] = {bq_.data(), bk_.data(), bv_.data()};
+      run_linears(lins, ys, 3, bxn_.data(), B, act_);
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      const float* C = C_ + pos[b] * hd;
+      const float* S = S_ + pos[b] * hd;
+      float* q = bq_.data() + b * QD;
+      float* k = bk_.data() + b * KD;
+      float* v = bv_.data() + b * KD;
+      rope(q, s_.n_heads, hd, C, S);
+      rope(k, s_.n_kv, hd, C, S);
+      for (int64_t i = 0; i < QD; ++i) q[i] *= qscale;
+      for (int64_t h = 0; h < s_.n_kv; ++h) {
+        const int64_t at = slot[b] * slot_stride_ + (h * s_.max_ctx + pos[b]) * hd;
+        if (s_.kv_f16) {
+          ops.f32_to_f16_row(k + h * hd, static_cast<uint16_t*>(L.kc) + at, hd);
+          ops.f32_to_f16_row(v + h * hd, static_cast<uint16_t*>(L.vc) + at, hd);
+        } else {
+          std::copy(k + h * hd, k + (h + 1) * hd, static_cast<float*>(L.kc) + at);
+          std::copy(v + h * hd, v + (h + 1) * hd, static_cast<float*>(L.vc) + at);
+        }
+      }
+    }
+    {
+      BatchAttnCtx c{bq_.data(), L.kc, L.vc, batt_.data(), pos, slot, s_.n_heads, hd, s_.n_heads / s_.n_kv,
+                     s_.max_ctx, slot_stride_, s_.kv_f16, &ops};
+      pool_run(B * s_.n_heads, batch_attn_task, &c);
+    }
+    if (L.attn_sub)
+      for (int64_t b = 0; b < B; ++b) ops.rmsnorm(batt_.data() + b * QD, L.attn_sub, QD, s_.eps, batt_.data() + b * QD);
+    {
+      const LinearRef* lins[1] = {&L.o};
+      float* ys[1] = {btmp_.data()};
+      run_linears(lins, ys, 1, batt_.data(), B, act_);
+    }
+    for (int64_t i = 0; i < B * H; ++i) x[i] += btmp_[i];
+    // MLP
+    for (int64_t b = 0; b < B; ++b) ops.rmsnorm(x + b * H, L.ln2, H, s_.eps, bxn_.data() + b * H);
+    {
+      const LinearRef* lins[2] = {&L.gate, &L.up};
+      float* ys[2] = {bg_.data(), bu_.data()};
+      run_linears(lins, ys, 2, bxn_.data(), B, act_);
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      ops.act_mul(bg_.data() + b * F, bu_.data() + b * F, F, s_.act);
+      if (L.ffn_sub) ops.rmsnorm(bg_.data() + b * F, L.ffn_sub, F, s_.eps, bg_.data() + b * F);
+    }
+    {
+      const LinearRef* lins[1] = {&L.down};
+      float* ys[1] = {btmp_.data()};
+      run_linears(lins, ys, 1, bg_.data(), B, act_);
+    }
+    for (int64_t i = 0; i < B * H; ++i) x[i] += btmp_[i];
+  }
+  for (int64_t b = 0; b < B; ++b) ops.rmsnorm(x + b * H, norm_, H, s_.eps, bxn_.data() + b * H);
+  const LinearRef* lins[1] = {&head_};
+  float* ys[1] = {logits};
+  run_linears(lins, ys, 1, bxn_.data(), B, act_);
 }
 
 }  // namespace lowbit

@@ -35,9 +35,17 @@ class Decoder {
   void set_output(const float* norm, const LinearRef& head) { norm_ = norm; head_ = head; }
   // x: [hidden] embedding of the token at `pos` (overwritten: the residual stream); logits: [vocab].
   void decode(float* x, int64_t pos, float* logits);
+  // The batched step (continuous batching): B tokens of B sequences, each at its own position and in its
+  // own slot of a multi-slot cache whose slot 0 the layers' kc/vc point at (slot s starts slot_stride
+  // elements later). The projections run as one GEMM over the B rows; attention is per sequence.
+  // x: [B][hidden] embeddings (overwritten); pos, slot: [B]; logits: [B][vocab].
+  void set_slots(int64_t n_slots, int64_t slot_stride) { n_slots_ = n_slots; slot_stride_ = slot_stride; }
+  int64_t n_slots() const { return n_slots_; }
+  int64_t vocab() const { return head_.M; }
+  void decode_batch(float* x, int64_t B, const int64_t* pos, const int64_t* slot, float* logits);
   const DecoderShape& shape() const { return s_; }
   bool has_output() const { return norm_ != nullptr; }
-  int64_t vocab() const { return head_.M; }
+  const std::vector<DecoderLayer>& layers() const { return layers_; }
   size_t n_layers() const { return layers_.size(); }
 
  private:
@@ -51,6 +59,8 @@ class Decoder {
   LinearRef head_;
   std::vector<float> xn_, q_, k_, v_, att_, g_, u_, tmp_, scores_;
   ActScratch act_;
+  int64_t n_slots_ = 1, slot_stride_ = 0;
+  std::vector<float> bxn_, bq_, bk_, bv_, batt_, bg_, bu_, btmp_;  // decode_batch scratch, [B][...]
 };
 
 }  // namespace lowbit

@@ -69,6 +69,7 @@ template <> constexpr const char* dtype_name<uint8_t>() { return "uint8"; }
 template <> constexpr const char* dtype_name<int8_t>() { return "int8"; }
 template <> constexpr const char* dtype_name<uint16_t>() { return "uint16"; }
 template <> constexpr const char* dtype_name<int32_t>() { return "int32"; }
+template <> constexpr const char* dtype_name<int64_t>() { return "int64"; }
 
 // `what` names the argument in the error ("gemm_int: y"); the message is built only on failure.
 template <typename A>

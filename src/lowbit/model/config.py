@@ -32,6 +32,7 @@ class ModelArgs:
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     rope_scaling: dict | None = None
+    rope_freq_factors: list[float] | None = None  # lowbit's key for a GGUF's rope_freqs.weight (divides inv_freq)
     vocab_size: int = 32000
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False

@@ -108,10 +108,17 @@ def relu2(x: np.ndarray) -> np.ndarray:
 ACTIVATIONS = {"silu": silu, "swish": silu, "relu2": relu2}
 
 
-def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> np.ndarray:
-    """float32 [head_dim/2] inverse frequencies, as Hugging Face computes them (default, linear, llama3)."""
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None, freq_factors=None) -> np.ndarray:
+    """float32 [head_dim/2] inverse frequencies, as Hugging Face computes them (default, linear, llama3),
+    then divided by `freq_factors` [head_dim/2] when given (llama.cpp's rope_freqs.weight: how a Llama 3.1/3.2
+    GGUF carries its llama3 scaling)."""
     inv = 1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / head_dim))
     inv = inv.astype(np.float32)
+    if freq_factors is not None:
+        f = np.asarray(freq_factors, np.float32).reshape(-1)
+        if f.shape != inv.shape or not np.all(np.isfinite(f)) or not np.all(f > 0):
+            raise ValueError(f"rope_freq_factors must be {inv.size} positive finite numbers (head_dim/2), got shape {f.shape}")
+        inv = (inv / f).astype(np.float32)
     kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
     if kind in (None, "default"):
         return inv
@@ -138,8 +145,8 @@ class Rope:
     C = [cos, cos] and S = [-sin, sin]; C, S: float32 [max_ctx, head_dim], precomputed once.
     """
 
-    def __init__(self, head_dim: int, max_ctx: int, theta: float, scaling: dict | None = None):
-        inv = rope_inv_freq(head_dim, theta, scaling)
+    def __init__(self, head_dim: int, max_ctx: int, theta: float, scaling: dict | None = None, freq_factors=None):
+        inv = rope_inv_freq(head_dim, theta, scaling, freq_factors)
         freqs = np.outer(np.arange(max_ctx, dtype=np.float32), inv).astype(np.float32)  # [max_ctx, hd/2]
         cos, sin = np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
         self.C = np.concatenate([cos, cos], axis=1)  # [max_ctx, hd]

@@ -187,7 +187,7 @@ class Model:
         kv_dtype = np.float32 if q_format == "f32" else np.float16
         self.cache = KVCache(args.num_hidden_layers, args.num_key_value_heads, args.head_dim, self.max_context,
                              kv_dtype)
-        self.rope = Rope(args.head_dim, self.max_context, args.rope_theta, args.rope_scaling)
+        self.rope = Rope(args.head_dim, self.max_context, args.rope_theta, args.rope_scaling, args.rope_freq_factors)
         self.embed = Embedding(self._get("model.embed_tokens.weight"))  # [vocab, hidden]
         self.layers = [Block(self, i, self._get) for i in range(args.num_hidden_layers)]
         self.norm = self.norm_weight(self._get("model.norm.weight"))  # [hidden]

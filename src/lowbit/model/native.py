@@ -13,6 +13,7 @@ import numpy as np
 from lowbit import _native
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import IntCodeWeight
+from lowbit.formats.rsr import RSRWeight
 from lowbit.formats.tq1 import TQ1Weight
 
 ACTS = {"silu": 0, "swish": 0, "relu2": 1}
@@ -21,6 +22,8 @@ ACTS = {"silu": 0, "swish": 0, "relu2": 1}
 def linear_tuple(lin):
     """The tuple the C++ decoder takes for a Linear, or None if its format has no native path."""
     w, b = lin.weight, lin.bias
+    if isinstance(w, RSRWeight) and w.dense is not None:
+        w = w.dense  # one token: the dense ternary codes rsr keeps for decode (its index serves prefill)
     if isinstance(w, IntCodeWeight):
         return ("int", w.codes, w._scale_u16, w._offset_u16, float(w.zc or 0.0), w.bits, w.shape[0], w.shape[1],
                 w.kp, w.group, b)
@@ -40,7 +43,8 @@ class NativeDecoder:
         self.vocab = vocab
 
     @classmethod
-    def build(cls, model) -> "NativeDecoder | None":
+    def build(cls, model, slots=None) -> "NativeDecoder | None":
+        """The native step over model.cache, or over a SlotKVCache `slots` (for decode_batch)."""
         a = model.args
         act = ACTS.get(a.hidden_act)
         if act is None:
@@ -57,14 +61,21 @@ class NativeDecoder:
         rope = model.rope
         C = np.ascontiguousarray(rope.C, np.float32)
         S = np.ascontiguousarray(rope.S, np.float32)
-        kv_f16 = model.cache.k.dtype == np.float16
+        cache = slots if slots is not None else model.cache
+        kv_f16 = cache.k.dtype == np.float16
         dec = _native.Decoder(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
-                              a.intermediate_size, model.cache.max_ctx, float(a.rms_norm_eps), act, C, S, kv_f16)
+                              a.intermediate_size, cache.max_ctx, float(a.rms_norm_eps), act, C, S, kv_f16)
         keep = [C, S, head]
-        for lins, blk in layers:
-            kc, vc = (blk.kc.view(np.uint16), blk.vc.view(np.uint16)) if kv_f16 else (blk.kc, blk.vc)
+        for i, (lins, blk) in enumerate(layers):
+            kc, vc = (blk.kc, blk.vc) if slots is None else (slots.k[i, 0], slots.v[i, 0])  # slot 0
+            if kv_f16:
+                kc, vc = kc.view(np.uint16), vc.view(np.uint16)
             dec.add_layer(lins, blk.ln1, blk.ln2, blk.attn_sub, blk.ffn_sub, kc, vc)
             keep.append(lins)
+        if slots is not None:
+            k_all, v_all = (slots.k.view(np.uint16), slots.v.view(np.uint16)) if kv_f16 else (slots.k, slots.v)
+            dec.set_slots(len(slots), slots.slot_stride, k_all, v_all)  # checks every slot lies inside
+            keep.append(slots)
         dec.set_output(model.norm, head)
         return cls(dec, model.lm_head.shape[0], keep)
 
@@ -72,4 +83,11 @@ class NativeDecoder:
         """x: float32 [hidden] (the token's embedding, overwritten) at position pos -> logits float32 [vocab]."""
         logits = np.empty(self.vocab, np.float32)
         self._dec.decode(x, pos, logits)
+        return logits
+
+    def decode_batch(self, x: np.ndarray, pos, slot) -> np.ndarray:
+        """x: float32 [B, hidden] embeddings (overwritten), pos, slot: int [B] -> logits float32 [B, vocab]
+        (built with slots=)."""
+        logits = np.empty((x.shape[0], self.vocab), np.float32)
+        self._dec.decode_batch(x, np.ascontiguousarray(pos, np.int64), np.ascontiguousarray(slot, np.int64), logits)
         return logits

@@ -1,0 +1,212 @@
+"""Serving throughput: `lowbit serve` on loopback under 1, 4, 16 concurrent clients (continuous batching).
+
+    lowbit bench serve --shape bitnet-0.7b --format ternary --requests 200 --clients 1,4,16
+    lowbit bench serve -m model-dir
+
+The server runs in this process (engine thread + uvicorn on 127.0.0.1, a free port); the clients are
+asyncio tasks streaming /v1/completions with token-id prompts (random ids, `--prompt-tokens` long) and
+`max_tokens` = `--gen-tokens`. Each level sends exactly `--requests` requests, `clients` at a time, each
+with a timeout, so the run is bounded. A request fails unless it answers 200, streams to `data: [DONE]`
+and reports its usage; a request is lost if it never ends. Reported per level: aggregate generated
+tokens/s (all completion tokens / wall time), per-request decode tokens/s (median), time to first token
+and latency (p50 / p95).
+
+--shape models have random weights and no tokenizer: they are served with IdTokenizer (token ids in,
+" <id>" pieces out), so no vocabulary is needed; EOS never fires (the shapes define none).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import numpy as np
+
+import lowbit
+from lowbit.bench.shapes import MODEL_SHAPES
+
+
+class IdTokenizer:
+    """Text-free tokenizer for random-weight shapes: ids decode to " <id>"; prompts must be token ids."""
+
+    eos_ids: set = set()
+    bos_id = None
+    chat_template = None
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def encode(self, text, add_bos=None):
+        raise ValueError("this model has no tokenizer: send the prompt as a list of token ids")
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        return "".join(f" <{int(i)}>" for i in ids)
+
+
+def _pct(xs, q) -> float:
+    return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+async def _one(client, url: str, prompt: list[int], gen_tokens: int, timeout: float) -> dict:
+    body = {"prompt": prompt, "max_tokens": gen_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first = last = None
+    usage = None
+    done = False
+    try:
+        async with client.stream("POST", url, json=body, timeout=timeout) as r:
+            if r.status_code != 200:
+                return {"ok": False, "error": f"HTTP {r.status_code}"}
+            async for line in r.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                data = line[6:]
+                if data == "[DONE]":
+                    done = True
+                    break
+                ev = json.loads(data)
+                if ev.get("usage"):
+                    usage = ev["usage"]
+                if ev.get("choices") and ev["choices"][0].get("text"):
+                    last = time.perf_counter()
+                    first = first or last
+    except Exception as e:  # timeouts and broken connections count as failures
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    t1 = time.perf_counter()
+    if not done or usage is None or first is None:
+        return {"ok": False, "error": "stream ended without [DONE] / usage / text"}
+    n = usage["completion_tokens"]
+    return {"ok": True, "tokens": n, "ttft": first - t0, "latency": t1 - t0,
+            "tps": (n - 1) / (last - first) if n > 1 and last > first else float("nan")}
+
+
+async def _level(base: str, clients: int, requests: int, prompts: list[list[int]], gen_tokens: int,
+                 timeout: float) -> dict:
+    import httpx
+
+    results: list[dict] = []
+    next_i = 0
+
+    async def worker(client):
+        nonlocal next_i
+        while next_i < requests:
+            i = next_i
+            next_i += 1
+            results.append(await _one(client, base + "/v1/completions", prompts[i % len(prompts)], gen_tokens,
+                                      timeout))
+
+    limits = httpx.Limits(max_connections=clients + 2, max_keepalive_connections=clients + 2)
+    async with httpx.AsyncClient(limits=limits) as client:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(clients)))
+        wall = time.perf_counter() - t0
+    ok = [r for r in results if r["ok"]]
+    errors = sorted({r["error"] for r in results if not r["ok"]})
+    toks = sum(r["tokens"] for r in ok)
+    tps = [r["tps"] for r in ok if r["tps"] == r["tps"]]
+    return {"clients": clients, "requests": requests, "completed": len(ok), "failed": len(results) - len(ok),
+            "lost": requests - len(results), "errors": errors[:5], "wall_s": wall, "completion_tokens": toks,
+            "aggregate_tps": toks / wall if wall > 0 else 0.0, "per_request_tps_p50": _pct(tps, 50),
+            "ttft_p50_s": _pct([r["ttft"] for r in ok], 50), "ttft_p95_s": _pct([r["ttft"] for r in ok], 95),
+            "latency_p50_s": _pct([r["latency"] for r in ok], 50),
+            "latency_p95_s": _pct([r["latency"] for r in ok], 95)}
+
+
+def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens: int, max_batch: int | None = None,
+          timeout: float = 600.0, seed: int = 0, label: str = "") -> dict:
+    """Starts a server on 127.0.0.1 for llm, runs each concurrency level, stops the server."""
+    from lowbit.serve import Server
+
+    if requests < 1 or prompt_tokens < 1 or gen_tokens < 1 or not clients or min(clients) < 1:
+        raise ValueError("requests, prompt tokens, generated tokens and every client count must be >= 1")
+    ctx = prompt_tokens + gen_tokens + 1
+    if ctx > llm.model.max_context:
+        raise ValueError(f"prompt + generated tokens ({ctx - 1}) exceed the model's context ({llm.model.max_context})")
+    rng = np.random.default_rng(seed)
+    vocab = llm.model.args.vocab_size
+    eos = set(getattr(llm.tokenizer, "eos_ids", ()) or ()) | llm.model.args.eos_ids
+    ids = [i for i in range(vocab) if i not in eos]
+    prompts = [[int(ids[j]) for j in rng.integers(0, len(ids), size=prompt_tokens)] for _ in range(max(clients))]
+    batch = max_batch or max(clients)
+    levels = []
+    with Server(llm, port=0, max_batch=batch, max_context=ctx, max_queue=max(clients) + 1, model_id=label) as srv:
+        asyncio.run(_level(srv.url, 1, 1, prompts, min(gen_tokens, 4), timeout))  # warm-up
+        for c in clients:
+            levels.append(_level_sync(srv.url, c, requests, prompts, gen_tokens, timeout))
+    base = levels[0]["aggregate_tps"] if levels and levels[0]["clients"] == 1 else None
+    for lv in levels:
+        lv["speedup_vs_1_client"] = lv["aggregate_tps"] / base if base else None
+    return {"model": label, "threads": lowbit.get_threads(),
+            "isa": lowbit.cpu_info()["isa"], "max_batch": batch, "prompt_tokens": prompt_tokens,
+            "gen_tokens": gen_tokens, "levels": levels}
+
+
+def _level_sync(url, c, requests, prompts, gen_tokens, timeout) -> dict:
+    return asyncio.run(_level(url, c, requests, prompts, gen_tokens, timeout))
+
+
+def print_result(r: dict) -> None:
+    print(f"{r['model']}: ISA {r['isa']}, max batch {r['max_batch']}, prompts of {r['prompt_tokens']} tokens, "
+          f"{r['gen_tokens']} generated per request (greedy), loopback HTTP streaming")
+    print(f"{'clients':>7} {'requests':>8} {'failed':>6} {'lost':>4} {'aggregate tok/s':>15} {'x 1 client':>10} "
+          f"{'per-request tok/s':>17} {'TTFT p50/p95 s':>15} {'latency p50/p95 s':>18}")
+    for lv in r["levels"]:
+        sp = f"{lv['speedup_vs_1_client']:.2f}" if lv["speedup_vs_1_client"] else "-"
+        print(f"{lv['clients']:>7} {lv['requests']:>8} {lv['failed']:>6} {lv['lost']:>4} {lv['aggregate_tps']:>15.1f} "
+              f"{sp:>10} {lv['per_request_tps_p50']:>17.1f} "
+              f"{lv['ttft_p50_s']:>7.2f}/{lv['ttft_p95_s']:<7.2f} {lv['latency_p50_s']:>8.2f}/{lv['latency_p95_s']:<8.2f}")
+        for e in lv["errors"]:
+            print(f"        error: {e}")
+
+
+def add_parser(bsub) -> None:
+    s = bsub.add_parser("serve", help="lowbit serve under 1, 4, 16 concurrent clients (loopback)",
+                        description=__doc__.split("\n\n")[0] + " Bounded: a fixed number of requests per level.")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("-m", "--model", help="model dir, HF folder or GGUF (default: --shape bitnet-0.7b)")
+    src.add_argument("--shape", choices=sorted(MODEL_SHAPES), help="a model shape with random weights (default bitnet-0.7b)")
+    s.add_argument("--format", default="ternary", help="weight format of the decoder linears (default ternary)")
+    s.add_argument("--layers", type=int, default=None, help="override the number of layers of --shape")
+    s.add_argument("-t", "--threads", type=int, default=None, help="kernel threads (default: physical cores)")
+    s.add_argument("--clients", default="1,4,16", help="concurrency levels, comma-separated (default 1,4,16)")
+    s.add_argument("--requests", type=int, default=48, help="requests per level (default 48; the issue's figure: 200)")
+    s.add_argument("-p", "--prompt-tokens", type=int, default=32, help="prompt length in tokens (default 32)")
+    s.add_argument("-n", "--gen-tokens", type=int, default=32, help="tokens generated per request (default 32)")
+    s.add_argument("--max-batch", type=int, default=None, help="server batch size (default: the most clients)")
+    s.add_argument("--timeout", type=float, default=600.0, help="seconds per request before it counts as failed")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from lowbit.api import LLM
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError("--threads must be >= 1")
+        lowbit.set_threads(args.threads)
+    try:
+        clients = [int(c) for c in args.clients.split(",") if c.strip()]
+    except ValueError:
+        raise ValueError(f"--clients must be comma-separated integers, got {args.clients!r}") from None
+    ctx = args.prompt_tokens + args.gen_tokens + 1
+    if args.model:
+        llm = lowbit.load(args.model, format=args.format, max_context=max(ctx, 16))
+        label = str(args.model)
+    else:
+        from lowbit.bench.e2e import shape_model
+
+        shape = args.shape or "bitnet-0.7b"
+        model, _ = shape_model(shape, args.format, layers=args.layers, max_context=ctx)
+        llm = LLM(model, IdTokenizer(model.args.vocab_size))
+        label = f"{shape} ({args.format}, random weights{f', {args.layers} layers' if args.layers else ''})"
+    res = bench(llm, clients, args.requests, args.prompt_tokens, args.gen_tokens, args.max_batch, args.timeout,
+                label=label)
+    if args.json:
+        json.dump(res, sys.stdout, indent=1)
+        print()
+    else:
+        print_result(res)
+    return 0 if all(lv["failed"] == 0 and lv["lost"] == 0 for lv in res["levels"]) else 1

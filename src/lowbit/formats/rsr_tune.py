@@ -1,0 +1,124 @@
+"""Choosing RSR's block width k: the paper's analytic optimum and an empirical autotune, cached.
+
+Analytic (paper 003, eqs. 6 and 7, generalized to base-b digits: b = 2 binary planes, 3 direct ternary):
+    RSR:   k* = argmin_k  (M / k) (K + k b^k)      k in [1, log_b(K) - log_b(log_b(K))]
+    RSR++: k* = argmin_k  (M / k) (K + b^k)        k in [1, log_b(K)]
+The count is per token and ignores what a CPU charges: branch misses at segment ends (segments average
+K / b^k rows), the u buffer of b^k x tokens leaving L1, the token tile. So ``autotune`` times the native
+kernel for each k on this machine at the given K, base and token count, over a slice of rows (blocks
+are independent, so the time per block does not depend on M), and caches the answer in
+``<lowbit cache>/rsr_tune.json`` keyed by ISA, threads, K, base and tokens (written atomically).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lowbit import _native
+from lowbit.formats.rsr_index import MAX_SEGMENTS, RSRIndex
+
+TUNE_FILE = "rsr_tune.json"
+
+
+def _cost(m: int, k_dim: int, base: int, k: int, plus: bool) -> float:
+    step2 = base ** k if plus else k * base ** k
+    return math.ceil(m / k) * (k_dim + step2)
+
+
+def analytic_k(m: int, k_dim: int, base: int = 2, plus: bool = True) -> int:
+    """Eq. 7 (plus=True, RSR++) or eq. 6 (RSR) over the paper's range, generalized to base b."""
+    logn = math.log(max(k_dim, 2), base)
+    hi = logn if plus else logn - math.log(max(logn, 1.0 + 1e-9), base)
+    hi = max(1, min(int(math.floor(hi)), int(math.log(MAX_SEGMENTS, base))))
+    return min(range(1, hi + 1), key=lambda k: (_cost(m, k_dim, base, k, plus), k))
+
+
+def tune_path() -> Path:
+    from lowbit.api import cache_root
+
+    return cache_root() / TUNE_FILE
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _store(path: Path, key: str, entry: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = _load(path)
+    table[key] = entry
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".rsr_tune.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(table, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def tune_key(k_dim: int, base: int, n_tokens: int) -> str:
+    return f"{_native.rsr_path()}|t{_native.get_threads()}|K{k_dim}|b{base}|N{n_tokens}"
+
+
+def time_k(k_dim: int, base: int, k: int, n_tokens: int, rows: int | None = None, seconds: float = 0.05,
+           rng: np.random.Generator | None = None) -> float:
+    """Seconds per output row of the native int8 RSR++ kernel at block width k (random digits, rows of them)."""
+    rng = rng or np.random.default_rng(0)
+    rows = rows or max(8 * _native.get_threads() * k, 64 // k * k)
+    values = np.arange(base, dtype=np.float32) - (1 if base == 3 else 0)
+    idx = RSRIndex.build(rng.integers(0, base, (rows, k_dim), dtype=np.uint8), k, base, values)
+    q = rng.integers(-127, 128, (n_tokens, k_dim), dtype=np.int8)
+    sx = np.ones(n_tokens, np.float32)
+    y = np.empty((n_tokens, rows), np.float32)
+    args = (idx.perm, idx.seg, rows, k_dim, k, base, idx.values, q, sx, None, 1.0, False, True, y)
+    _, once = _native.rsr_gemm_i8(*args, iters=1)
+    iters = max(1, min(200, int(seconds / max(once, 1e-6))))
+    best = math.inf
+    for _ in range(3):
+        _, s = _native.rsr_gemm_i8(*args, iters=iters)
+        best = min(best, s / iters)
+    return best / rows
+
+
+def candidates(k_dim: int, base: int) -> list[int]:
+    """k around the analytic optima, within 2 <= b^k <= 4096 segments and at least ~2 rows per segment."""
+    ks = [k for k in range(1, 13) if 2 <= base ** k <= 4096 and base ** k <= max(2, k_dim // 2)]
+    return ks or [1]
+
+
+def autotune(k_dim: int, base: int = 3, n_tokens: int = 128, refresh: bool = False) -> int:
+    """The fastest k for K inputs, base-b digits and n_tokens tokens on this machine (cached)."""
+    path, key = tune_path(), tune_key(k_dim, base, n_tokens)
+    if not refresh:
+        hit = _load(path).get(key)
+        if hit and isinstance(hit.get("k"), int):
+            return hit["k"]
+    t0 = time.perf_counter()
+    times = {k: time_k(k_dim, base, k, n_tokens) for k in candidates(k_dim, base)}
+    best = min(times, key=times.get)
+    _store(path, key, {"k": best, "ns_per_row": {str(k): round(v * 1e9, 1) for k, v in times.items()},
+                       "tuned_s": round(time.perf_counter() - t0, 2)})
+    return best
+
+
+def choose_k(m: int, k_dim: int, base: int, k="auto", n_tokens: int = 128) -> int:
+    """k as asked: an int, "analytic" (eq. 7), or "auto" (autotune, cached)."""
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+        if k < 1 or base ** int(k) > MAX_SEGMENTS:
+            raise ValueError(f"rsr: k must be >= 1 with {base}^k <= {MAX_SEGMENTS}, got {k}")
+        return int(k)
+    if k == "analytic":
+        return analytic_k(m, k_dim, base, plus=True)
+    if k == "auto":
+        return autotune(k_dim, base, n_tokens)
+    raise ValueError(f"rsr: k must be an integer, 'analytic' or 'auto', got {k!r}")

@@ -1,0 +1,133 @@
+"""Batched decoding: B sequences, each in its own slot of a multi-slot static KV cache, decoded together.
+
+    bd = BatchDecoder(model, n_slots=8)
+    logits = bd.prefill(slot=3, ids=prompt_ids)           # [vocab]; call again with the next chunk
+    logits = bd.decode(tokens=[t0, t1], slots=[3, 5])     # [2, vocab]: one step for both sequences
+
+A decode step runs every projection as one GEMM over the B rows (the packed weights are read once for
+all of them), RoPE at each sequence's own position and attention per sequence against its own slot:
+in one C++ call (NativeDecoder.decode_batch) when every weight format has a native path, else in numpy
+(decode_python, also the reference the native step is tested against). Prefill runs the model's own
+prefill (model.prefill) with the model pointed at the slot. The model's single-sequence cache and
+decode path are untouched.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from lowbit._runtime import single_threaded_blas
+from lowbit.model.kv_cache import KVCache, SlotKVCache
+from lowbit.model.layers import rms_norm
+from lowbit.model.llama import _softmax_, project
+
+
+class BatchDecoder:
+    def __init__(self, model, n_slots: int, max_context: int | None = None, native: bool | None = None):
+        a = model.args
+        ctx = int(max_context or model.max_context)
+        if not 1 <= ctx <= model.max_context:
+            raise ValueError(f"max_context must be in [1, {model.max_context}] (the model's context), got {ctx}")
+        self.model = model
+        self.cache = SlotKVCache(n_slots, a.num_hidden_layers, a.num_key_value_heads, a.head_dim, ctx,
+                                 model.cache.k.dtype)
+        self.max_ctx = ctx
+        self._native = None
+        if native if native is not None else model.native_decode:
+            from lowbit.model.native import NativeDecoder
+
+            self._native = NativeDecoder.build(model, slots=self.cache)
+
+    @property
+    def n_slots(self) -> int:
+        return len(self.cache)
+
+    @property
+    def native(self) -> bool:
+        return self._native is not None
+
+    def slot(self, i: int) -> KVCache:
+        return self.cache.slot(i)
+
+    @contextlib.contextmanager
+    def _on_slot(self, i: int):
+        """Points the model's cache and its layers' K/V views at slot i for the duration."""
+        m = self.model
+        c = self.cache.slot(i)
+        saved = m.cache, [(blk.kc, blk.vc) for blk in m.layers]
+        m.cache = c
+        for li, blk in enumerate(m.layers):
+            blk.kc, blk.vc = c.k[li], c.v[li]  # [kv_heads, max_ctx, hd], contiguous
+        try:
+            yield c
+        finally:
+            m.cache = saved[0]
+            for blk, (kc, vc) in zip(m.layers, saved[1]):
+                blk.kc, blk.vc = kc, vc
+
+    def prefill(self, slot: int, ids) -> np.ndarray:
+        """Appends ids to slot `slot` (after what it holds) -> float32 logits [vocab] of the last id."""
+        with self._on_slot(slot):
+            return self.model.prefill(ids)
+
+    def _positions(self, tokens, slots) -> tuple[list[int], list[int], np.ndarray]:
+        tokens = [int(t) for t in tokens]
+        slots = [int(s) for s in slots]
+        if len(tokens) != len(slots) or not tokens:
+            raise ValueError(f"decode takes one token per slot (got {len(tokens)} tokens, {len(slots)} slots)")
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"a slot appears twice in one decode step: {slots}")
+        for s in slots:
+            if not 0 <= s < self.n_slots:
+                raise ValueError(f"slot {s} is outside the cache's {self.n_slots} slots")
+            self.cache.slot(s).check_room(1)
+        pos = np.array([self.cache.slot(s).length for s in slots], np.int64)
+        return tokens, slots, pos
+
+    def _advance(self, tokens, slots) -> None:
+        for t, s in zip(tokens, slots):
+            c = self.cache.slot(s)
+            c.length += 1
+            c.tokens.append(t)
+
+    def decode(self, tokens, slots) -> np.ndarray:
+        """One token per sequence: tokens[b] goes at the next position of slot slots[b].
+
+        -> float32 logits [B, vocab]."""
+        if self._native is None:
+            return self.decode_python(tokens, slots)
+        tokens, slots, pos = self._positions(tokens, slots)
+        x = self.model.embed(tokens)  # [B, hidden]
+        logits = self._native.decode_batch(x, pos, np.array(slots, np.int64))
+        self._advance(tokens, slots)
+        return logits
+
+    def decode_python(self, tokens, slots) -> np.ndarray:
+        """decode() in numpy around the matmul kernels (projections as one GEMM over B rows)."""
+        tokens, slots, pos = self._positions(tokens, slots)
+        m = self.model
+        B = len(tokens)
+        x = m.embed(tokens)  # [B, hidden]
+        C, S = m.rope.C[pos][:, None, :], m.rope.S[pos][:, None, :]  # [B, 1, hd]
+        with single_threaded_blas():
+            for li, blk in enumerate(m.layers):
+                q, k, v = project(blk.qkv, rms_norm(x, blk.ln1, blk.eps))
+                q = q.reshape(B, blk.n_heads, blk.hd)
+                k = k.reshape(B, blk.n_kv, blk.hd)
+                v = v.reshape(B, blk.n_kv, blk.hd)
+                qk = m.rope.apply(np.concatenate((q, k), axis=1), C, S)  # [B, heads+kv, hd]
+                q = qk[:, :blk.n_heads] * blk.scale
+                k = qk[:, blk.n_heads:]
+                o = np.empty((B, blk.n_heads * blk.hd), np.float32)
+                for b, (s, p) in enumerate(zip(slots, pos)):
+                    kc, vc = self.cache.k[li, s], self.cache.v[li, s]  # [kv, max_ctx, hd]
+                    kc[:, p] = k[b]
+                    vc[:, p] = v[b]
+                    kt, vt = kc[:, :p + 1].astype(np.float32), vc[:, :p + 1].astype(np.float32)
+                    sc = np.matmul(q[b].reshape(blk.n_kv, blk.group, blk.hd), kt.transpose(0, 2, 1))  # [kv, g, t]
+                    o[b] = np.matmul(_softmax_(sc), vt).reshape(-1)  # [kv, g, hd]
+                x = blk._out(x, o)
+                x = blk._mlp(x)
+        self._advance(tokens, slots)
+        return m.lm_head(rms_norm(x, m.norm, m.args.rms_norm_eps))

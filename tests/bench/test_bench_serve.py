@@ -1,0 +1,41 @@
+"""`lowbit bench serve` runs its bounded levels against a loopback server and reports every figure
+(speed itself is not asserted: it is measured by the benchmark, on a quiet machine)."""
+import json
+
+import pytest
+
+pytest.importorskip("httpx")
+pytest.importorskip("uvicorn")
+
+from lowbit.bench.serve import IdTokenizer  # noqa: E402
+from lowbit.cli import main  # noqa: E402
+
+
+def test_bench_serve_shape_json(capsys):
+    args = ["bench", "serve", "--shape", "bitnet-0.7b", "--layers", "1", "--requests", "6", "-p", "5", "-n", "4",
+            "--clients", "1,3", "--json"]
+    assert main(args) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["max_batch"] == 3 and [lv["clients"] for lv in res["levels"]] == [1, 3]
+    for lv in res["levels"]:
+        assert lv["completed"] == 6 and lv["failed"] == 0 and lv["lost"] == 0
+        assert lv["completion_tokens"] == 6 * 4  # no EOS in a random shape: every request runs to max_tokens
+        assert lv["aggregate_tps"] > 0 and lv["per_request_tps_p50"] > 0
+        assert 0 < lv["ttft_p50_s"] <= lv["ttft_p95_s"] and lv["ttft_p50_s"] < lv["latency_p50_s"] <= lv["latency_p95_s"]
+    assert res["levels"][0]["speedup_vs_1_client"] == 1.0
+
+
+def test_bench_serve_table_and_bad_args(capsys):
+    assert main(["bench", "serve", "--shape", "bitnet-0.7b", "--layers", "1", "--requests", "2", "-p", "3", "-n", "2",
+                 "--clients", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "aggregate tok/s" in out and "TTFT" in out
+    assert main(["bench", "serve", "--shape", "bitnet-0.7b", "--layers", "1", "--clients", "1,x"]) == 1
+    assert "--clients" in capsys.readouterr().err
+
+
+def test_id_tokenizer():
+    tok = IdTokenizer(10)
+    assert tok.decode([1, 22]) == " <1> <22>"
+    with pytest.raises(ValueError, match="token ids"):
+        tok.encode("text")

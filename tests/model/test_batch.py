@@ -1,0 +1,95 @@
+"""Batched decoding (model/batch.py): B sequences in their own slots of a SlotKVCache, one step together.
+
+The native batched step must give bitwise the logits of decoding each sequence alone (sequential
+native decode): the GEMM over B rows quantizes each row's activations as the GEMV does and accumulates
+each (row, token) in int32, and attention is per sequence. The numpy batched step (the reference) agrees
+to 1e-5 relative to the largest logit (1e-4 for bf16, whose cache is float16); with integer formats
+as in test_native_decoder (most steps to 1e-5, every step to 5e-2: one int8 rounding step apart)."""
+import numpy as np
+import pytest
+
+from lowbit.model import Model
+from lowbit.model.batch import BatchDecoder
+from lowbit.model.dummy import dummy_weights
+from lowbit.model.kv_cache import ContextOverflowError, SlotKVCache
+
+PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [12]]
+STEPS = [[7, 8, 9, 299], [1, 1, 2, 3], [4, 5, 6, 7]]
+SLOTS = [2, 0, 3]
+
+
+def config(model_type: str) -> dict:
+    return dict(model_type=model_type, hidden_size=128, intermediate_size=320, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=256,
+                rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="relu2" if model_type == "bitnet" else "silu",
+                tie_word_embeddings=False)
+
+
+def run_batched(bd: BatchDecoder) -> list[list[np.ndarray]]:
+    for s, p in zip(SLOTS, PROMPTS):
+        bd.prefill(s, p)
+    out = [[] for _ in PROMPTS]
+    for i in range(len(STEPS[0])):
+        logits = bd.decode([s[i] for s in STEPS], SLOTS)
+        assert logits.shape == (len(PROMPTS), bd.model.args.vocab_size)
+        for b in range(len(PROMPTS)):
+            out[b].append(logits[b])
+    return out
+
+
+@pytest.mark.parametrize("model_type", ["llama", "bitnet"])
+@pytest.mark.parametrize("fmt", ["f32", "bf16", "int8", "int4", "int2", "ternary", "tq1", "binary"])
+def test_batched_decode_equals_sequential(isa, model_type, fmt):
+    cfg = config(model_type)
+    model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=64)
+    seq = []
+    for p, s in zip(PROMPTS, STEPS):
+        model.reset()
+        model.prefill(p)
+        seq.append([model.decode(t) for t in s])
+    bd = BatchDecoder(model, 4)
+    assert bd.native
+    got = run_batched(bd)
+    for b in range(len(PROMPTS)):
+        for i, (r, g) in enumerate(zip(seq[b], got[b])):
+            assert np.array_equal(r, g), (b, i, np.abs(r - g).max())
+        c = bd.slot(SLOTS[b])
+        assert c.length == len(PROMPTS[b]) + len(STEPS[b])
+        assert c.tokens == PROMPTS[b] + STEPS[b]
+    ref = run_batched(BatchDecoder(model, 4, native=False))
+    errs = [np.abs(r - g).max() / np.abs(r).max() for b in range(len(PROMPTS)) for r, g in zip(ref[b], got[b])]
+    if fmt in ("f32", "bf16"):
+        assert max(errs) < (1e-4 if fmt == "bf16" else 1e-5), errs
+    else:  # int8 activations: a last-bit difference in a norm may move one activation by one int8 step
+        assert sorted(errs)[len(errs) // 2] < 1e-5 and max(errs) < 5e-2, errs
+    assert model.cache.length == len(PROMPTS[-1]) + len(STEPS[-1])  # the single-sequence cache is untouched
+
+
+def test_slots_are_independent():
+    cfg = config("llama")
+    model = Model.from_weights(cfg, dummy_weights(cfg), format="int4", max_context=32)
+    bd = BatchDecoder(model, 3)
+    bd.prefill(1, [3, 4, 5])
+    k_before = bd.cache.k[:, [0, 2]].copy()
+    bd.decode([6], [1])
+    assert np.array_equal(bd.cache.k[:, [0, 2]], k_before)
+    assert bd.slot(1).length == 4 and bd.slot(0).length == 0
+
+
+def test_bad_decode_calls():
+    cfg = config("llama")
+    model = Model.from_weights(cfg, dummy_weights(cfg), format="int4", max_context=8)
+    bd = BatchDecoder(model, 2)
+    with pytest.raises(ValueError, match="twice"):
+        bd.decode([1, 2], [0, 0])
+    with pytest.raises(ValueError, match="outside"):
+        bd.decode([1], [2])
+    with pytest.raises(ValueError, match="one token per slot"):
+        bd.decode([1, 2], [0])
+    bd.prefill(0, list(range(8)))
+    with pytest.raises(ContextOverflowError):
+        bd.decode([1], [0])
+    with pytest.raises(ValueError, match="max_context"):
+        BatchDecoder(model, 2, max_context=9)
+    with pytest.raises(ValueError, match="slot"):
+        SlotKVCache(0, 1, 1, 4, 4)
