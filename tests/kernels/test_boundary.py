@@ -103,15 +103,17 @@ def test_int32_accumulator_bound_is_checked_where_the_weight_is_built():
     _native.gemm_int(np.zeros(kp * 32, np.uint8), scale, None, 8.0, 4, 1, kp, kp, q, sx, sq, np.zeros((1, 1), np.float32))
 
 
-def test_int8_default_group_cannot_overflow_for_long_rows():
-    """int8 keeps one group per row up to K = 65536, then groups of 65536: all-max codes times all-max
-    activations over K = 70000 (the worst case, 70000 * 255 * 127 > 2^31 in one group) stays exact."""
+def test_int8_groups_cannot_overflow_for_long_rows():
+    """int8's default (blocks of 32) and its per-row option (one group per row up to K = 65536, then groups
+    of 65536) both stay inside the bound: all-max codes times all-max activations over K = 70000 (the worst
+    case, 70000 * 255 * 127 > 2^31 in one group) is exact."""
     k = 70000
     w = np.ones((1, k), np.float32)
-    pw = quantize(w, "int8")
-    assert pw.group == 65536
-    y = pw.matmul(np.ones((1, k), np.float32))
-    np.testing.assert_allclose(y, [[k]], rtol=1e-3)
+    for group_size, want_group in ((-1, 32), (None, 65536)):
+        pw = quantize(w, "int8", group_size=group_size)
+        assert pw.group == want_group
+        y = pw.matmul(np.ones((1, k), np.float32))
+        np.testing.assert_allclose(y, [[k]], rtol=1e-3)
     with pytest.raises(ValueError, match="overflows the int32 accumulators"):
         quantize(w[:, :66600], "int8", group_size=66560)
 
