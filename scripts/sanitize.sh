@@ -23,6 +23,11 @@ if [ ${#need_pkgs[@]} -gt 0 ] || [ ! -f "$(g++ -print-file-name=libasan.so 2>/de
 fi
 LIBASAN="$(g++ -print-file-name=libasan.so)"
 [ -f "$LIBASAN" ] || die "libasan.so not found next to g++ ($LIBASAN): install the compiler's sanitizer runtime"
+# libstdc++ preloaded too: ASan's __cxa_throw interceptor must find the real one at start-up, or the
+# first C++ exception (every ValueError of the binding) aborts.
+LIBSTDCXX="$(g++ -print-file-name=libstdc++.so.6)"
+[ -f "$LIBSTDCXX" ] || die "libstdc++.so.6 not found next to g++"
+PRELOAD="$LIBASAN $LIBSTDCXX"
 
 [ -x .venv/bin/python ] || bash scripts/setup.sh test
 PY=.venv/bin/python
@@ -37,9 +42,9 @@ echo "sanitize.sh: building the ASan+UBSan extension (build/sanitize)..."
 export PYTHONPATH="$PWD/$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
-LD_PRELOAD="$LIBASAN" "$PY" -c "import lowbit, sys; assert lowbit.__file__.startswith('$PWD/$SITE'), lowbit.__file__" \
+LD_PRELOAD="$PRELOAD" "$PY" -c "import lowbit, sys; assert lowbit.__file__.startswith('$PWD/$SITE'), lowbit.__file__" \
   || die "the instrumented lowbit is not the one imported"
 
 [ $# -gt 0 ] || set -- tests/kernels tests/formats tests/model
-echo "sanitize.sh: pytest $* (LD_PRELOAD=$LIBASAN)"
-LD_PRELOAD="$LIBASAN" exec "$PY" -m pytest -q -p no:cacheprovider "$@"
+echo "sanitize.sh: pytest $* (LD_PRELOAD=$PRELOAD)"
+LD_PRELOAD="$PRELOAD" exec "$PY" -m pytest -q -p no:cacheprovider "$@"
