@@ -47,12 +47,19 @@ def _fingerprint(p: pathlib.Path) -> list:
 
 def conversion_settings(format: str, group_size: int | None = None, lm_head_format: str | None = None,
                         embed_format: str | None = None) -> dict:
-    """The convert() options for a format: float formats keep lm_head and embeddings in that format."""
+    """The convert() options for a format: float formats keep lm_head and embeddings in that format.
+    A parameterized name ("codebook-m2v8b8g128") becomes the format plus its format_options."""
+    from lowbit.formats import parse_format
+
+    format, options = parse_format(format)
     if format in ("f32", "bf16"):
         lm_head_format = lm_head_format or format
         embed_format = embed_format or format
-    return dict(format=format, group_size=group_size, lm_head_format=lm_head_format or "int8",
-                embed_format=embed_format or "bf16")
+    settings = dict(format=format, group_size=group_size, lm_head_format=lm_head_format or "int8",
+                    embed_format=embed_format or "bf16")
+    if options:
+        settings["format_options"] = options
+    return settings
 
 
 def cache_dir_for(src, **settings) -> pathlib.Path:
@@ -62,7 +69,8 @@ def cache_dir_for(src, **settings) -> pathlib.Path:
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     name = p.stem if p.is_file() else p.name
     g = settings.get("group_size")
-    return cache_root() / f"{name}-{settings['format']}{f'-g{g}' if g else ''}-{digest}"
+    opts = "".join(f"{k}{v}" for k, v in (settings.get("format_options") or {}).items())
+    return cache_root() / f"{name}-{settings['format']}{opts}{f'-g{g}' if g else ''}-{digest}"
 
 
 @dataclass
@@ -212,7 +220,8 @@ def _is_batch(prompt) -> bool:
 
 def load(path, format: str = "int4", threads: int | None = None, group_size: int | None = None,
          max_context: int | None = None, lm_head_format: str | None = None, embed_format: str | None = None,
-         progress: bool = True, warmup: bool = True) -> LLM:
+         progress: bool = True, warmup: bool = True, backend: str = "native", device: str | None = None,
+         precision: str | None = None) -> LLM:
     """Loads a lowbit model directory, or converts an HF folder / GGUF file once (cached) and loads that.
 
     format, group_size, lm_head_format, embed_format: the conversion settings (ignored for a lowbit dir).
@@ -220,9 +229,23 @@ def load(path, format: str = "int4", threads: int | None = None, group_size: int
     max_context: KV cache length (default: max_position_embeddings, capped at 8192).
     warmup: fault every weight page in and run one token through the model now, so the first prompt's
         speed is the model's, not the page faults' (the time is in .load_stats.load_time).
+    backend: "native" (lowbit's kernels) or "openvino" (path: an `lowbit export-openvino` folder, or any
+      source, exported once into the cache with `format` as the weight type: f32, f16, int8, int4, int2,
+      ternary, binary); device: OpenVINO device (CPU, GPU, NPU; default: the export's);
+      precision: OpenVINO inference precision hint (f32, bf16, f16; default: the device's own).
     """
     from lowbit.io.checkpoint import open_checkpoint
 
+    if backend == "openvino":
+        from lowbit.openvino.backend import open_openvino
+
+        model = open_openvino(path, weights=format, group_size=group_size, max_context=max_context, device=device,
+                              precision=precision, threads=threads, progress=progress)
+        return LLM(model, model.tokenizer, path=model.path, source=path)
+    if backend != "native":
+        raise ValueError(f"unknown backend {backend!r}; choose native or openvino")
+    if device not in (None, "CPU") or precision is not None:
+        raise ValueError("device and precision apply to backend='openvino' only")
     if threads is not None:
         set_threads(threads)
     stats = LoadStats()

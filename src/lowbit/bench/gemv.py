@@ -22,12 +22,24 @@ from lowbit import _native
 from lowbit.bench import bandwidth, memory
 from lowbit.bench.shapes import GEMV_MODELS, MODEL_SHAPES, linear_shapes
 from lowbit.formats import Activations, get_format
+from lowbit.formats.codebook import CodebookWeight, parse_spec
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import ROW_BLOCK, IntCodeWeight, padded_k, resolve_group
 from lowbit.formats.tq1 import TQ1Weight
 from lowbit.formats import tq1 as _tq1
 
 FORMATS = ["bf16", "int8", "int4", "int2", "ternary", "tq1", "binary"]
+# Codebook settings are named codebook-m{m}v{v}b{b}g{g} (the Psumbook kernel) or with a "-dequant" suffix
+# (the dequantize-then-multiply kernel on the same bytes), e.g. --formats codebook-m1v4b8g128,codebook-m1v4b8g128-dequant
+CODEBOOK_FORMATS = ["codebook-m1v4b8g128", "codebook-m1v4b8g128-dequant", "codebook-m2v8b8g128", "codebook-m3v8b8g128"]
+DEQUANT_SUFFIX = "-dequant"
+
+
+def codebook_setting(fmt: str) -> tuple[dict, bool] | None:
+    """'codebook-m2v8b8g128[-dequant]' -> (parameters, psum kernel?); None if fmt is not a codebook name."""
+    psum = not fmt.endswith(DEQUANT_SUFFIX)
+    spec = parse_spec(fmt if psum else fmt[:-len(DEQUANT_SUFFIX)])
+    return None if spec is None else (spec, psum)
 ROTATE_L3_FACTOR = 8
 DEFAULT_GROUP = {"int4": 32, "int2": 64}  # the formats' own defaults
 
@@ -50,6 +62,18 @@ def random_weight(fmt: str, m: int, k: int, rng: np.random.Generator):
 
     Codes are drawn directly in the packed layout (every byte is valid; ternary bytes hold codes 0..2),
     so building an 8B-parameter model takes seconds."""
+    cb = codebook_setting(fmt)
+    if cb is not None:
+        p, psum = cb
+        kp = -(-k // p["v"]) * p["v"]
+        group = min(p["g"], kp)
+        mt, g = -(-m // 8), -(-kp // group)
+        codes = rng.integers(0, 1 << p["b"], size=mt * 8 * (kp // p["v"]) * p["m"], dtype=np.uint8)
+        scale = rng.uniform(0.01, 0.02, size=g * mt * 8).astype(np.float16)
+        books = rng.standard_normal((p["m"], 1 << p["b"], p["v"])).astype(np.float16)
+        pw = CodebookWeight((m, k), p["m"], p["v"], p["b"], group, codes, scale, books)
+        pw.bench_psum = psum
+        return pw
     cls = get_format(fmt)
     if cls is F32Weight:
         return F32Weight(rng.standard_normal((m, k), dtype=np.float32))
@@ -91,6 +115,11 @@ def _timer(pw, n_tokens: int, copies: list, rng):
         q, sx, sq = Activations(x).int8(pw.kp, pw.group)
         tuples = [c.native_args() for c in copies]
         return lambda iters: _native.gemm_tq1(tuples, m, pw.kp, pw.group, q, sx, sq, y, iters)[1]
+    if isinstance(pw, CodebookWeight):
+        xp = pw.padded_input(x)
+        tuples = [c.native_args() for c in copies]
+        psum = getattr(pw, "bench_psum", True)
+        return lambda iters: _native.gemm_codebook(tuples, pw._cbT, pw._cb, m, pw.kp, pw.group, xp, y, psum, iters)[1]
     ws = [c.w for c in copies]
     return lambda iters: _native.bench_float(ws, x, y, iters)
 

@@ -5,7 +5,7 @@ import argparse
 import importlib
 import sys
 
-VERBS = ("run", "chat", "convert", "info", "perplexity", "bench", "serve")
+VERBS = ("run", "chat", "convert", "info", "perplexity", "bench", "serve", "export-openvino")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,10 +15,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
     for verb in VERBS:
+        name = f"lowbit.cli.{verb.replace('-', '_')}"
         try:
-            module = importlib.import_module(f"lowbit.cli.{verb}")
+            module = importlib.import_module(name)
         except ModuleNotFoundError as e:
-            if e.name == f"lowbit.cli.{verb}":
+            if e.name == name:
                 continue  # verb not built yet
             raise
         module.add_parser(sub)

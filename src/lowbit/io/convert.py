@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from lowbit.formats import FORMATS, PackedWeight, quantize
+from lowbit.formats import FORMATS, PackedWeight, parse_format, quantize
 from lowbit.formats.intcodes import GROUP_ALIGN
 from lowbit.formats.ternary import METHODS, TernaryWeight, is_ternary_valued
 from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear, open_checkpoint
@@ -29,7 +29,7 @@ COLLAPSE_WARNING = ("converting float weights to {fmt}: expect the model's quali
 
 
 def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = None,
-         ternary_method: str = "absmean") -> PackedWeight:
+         ternary_method: str = "absmean", options: dict | None = None) -> PackedWeight:
     """value (float32 [M, K] or a PackedWeight) -> PackedWeight in fmt.
 
     A packed value already in fmt is kept as is (lossless: BitNet / TQ ternary stays ternary);
@@ -47,12 +47,14 @@ def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = No
             from lowbit.formats.rsr import RSRWeight  # ternary with one scale per row: index losslessly
 
             return RSRWeight.from_ternary_weight(value)
-        if value.format == fmt and (group_size is None or fmt == "ternary" or getattr(value, "group", None) == group_size):
+        if value.format == fmt and not options and (group_size is None or fmt == "ternary" or getattr(value, "group", None) == group_size):
             return value
         value = value.dequantize()
+    extra_options = options
     options = {} if group_size is None or fmt in ("f32", "bf16") else {"group_size": group_size}
     if fmt in ("ternary", "tq1", "rsr"):
         options["method"] = ternary_method
+    options.update(extra_options or {})
     packed = quantize(value, fmt, **options)
     if source_ternary and fmt in ("ternary", "tq1", "rsr") and not np.array_equal(packed.dequantize(), value):
         warnings.warn(f"a ternary weight {list(value.shape)} could not be stored exactly in {fmt} "
@@ -67,7 +69,8 @@ def _check_format(name: str, fmt: str) -> None:
 
 def convert(src, out, format: str = "int4", group_size: int | None = None, lm_head_format: str = "int8",
             embed_format: str = "bf16", overwrite: bool = False, progress: bool = True,
-            shard_bytes: int = SHARD_BYTES, ternary_method: str = "absmean") -> pathlib.Path:
+            shard_bytes: int = SHARD_BYTES, ternary_method: str = "absmean",
+            format_options: dict | None = None) -> pathlib.Path:
     """Converts a checkpoint (HF folder, .gguf, or lowbit dir) into a lowbit model directory at out.
 
     Args:
@@ -82,9 +85,13 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         ternary_method: scale of a float weight ternarized to ternary/tq1: "absmean" (BitNet b1.58's) or
             "mse" (the error-minimizing one, for post-training ternarization). Weights that are already
             ternary-valued keep their own scale either way.
+        format_options: extra quantize() options of `format` (codebook: m, v, b, g, seed, iters); a
+            parameterized name such as "codebook-m2v8b8g128" sets them too.
     Returns:
         the path of the new directory.
     """
+    format, spec = parse_format(format) if format.startswith("codebook-") else (format, {})
+    format_options = {**spec, **(format_options or {})}
     _check_format("format", format)
     _check_format("lm_head_format", lm_head_format)
     _check_format("embed_format", embed_format)
@@ -110,7 +117,7 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
                         and not (isinstance(value, np.ndarray) and is_ternary_valued(value))):
                     warnings.warn(COLLAPSE_WARNING.format(fmt=format), UserWarning, stacklevel=2)
                     warned = True
-                writer.add(name, pack(value, format, group_size, ternary_method))
+                writer.add(name, pack(value, format, group_size, ternary_method, format_options))
             elif name == LM_HEAD:
                 writer.add(name, pack(value, lm_head_format))
             elif name == EMBED:
@@ -126,7 +133,7 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         bar.close()
         if tied:  # the directory now holds its own lm_head
             config["tie_word_embeddings"] = False
-        meta = {"format": format, "group_size": group_size, "lm_head_format": lm_head_format,
+        meta = {"format": format, "group_size": group_size, "format_options": format_options, "lm_head_format": lm_head_format,
                 "embed_format": embed_format, "ternary_method": ternary_method, "source": str(ckpt.path), "source_kind": ckpt.kind,
                 "tied_embeddings": tied or bool(ckpt.config.get("tie_word_embeddings"))}
         return writer.finish(config, tokenizer, meta)

@@ -27,6 +27,7 @@
 #include "py_args.h"
 #include "thread_pool.h"
 #include "tq1.h"
+#include "codebook.h"
 
 namespace nb = nanobind;
 using namespace lowbit;
@@ -278,6 +279,63 @@ std::tuple<std::string, double> gemm_tq1(nb::handle hweights, int64_t M, int64_t
   const auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < iters; ++it) tq1_run(ws[it % ws.size()], av, y.data(), k);
   return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+// codebook (codebook.h): weights is a list of (codes u8 [Mt*Kp/v*m*8], scale f16-as-u16 [G*Mt*8]) copies of
+// one [M, Kp] weight sharing the codebooks cbT f32 [m][v][nc] and cb f32 [m][nc][v]; x f32 [N, Kp]. Runs
+// `iters` products (the i-th on copy i % len) with the Psumbook kernel (psum) or dequantize-then-multiply.
+// Returns (kernel path, seconds).
+std::tuple<std::string, double> gemm_codebook(nb::handle hweights, nb::handle hcbT, nb::handle hcb, int64_t M, int64_t Kp,
+                                              int64_t group, nb::handle hx, nb::handle hy, bool psum, int iters) {
+  const auto weights = seq(hweights, "gemm_codebook: weights");
+  require(!weights.empty(), "gemm_codebook: no weights");
+  require(iters >= 1, "gemm_codebook: iters must be >= 1");
+  auto cbT = in<float, 3>(hcbT, "gemm_codebook: cbT");
+  auto cb = in<float, 3>(hcb, "gemm_codebook: cb");
+  const int64_t m = cbT.shape(0), v = cbT.shape(1), nc = cbT.shape(2);
+  require(m >= 1 && v >= 1 && nc >= 2 && nc <= 256 && (nc & (nc - 1)) == 0, "gemm_codebook: codebooks must be [m][v][2^b], b in 1..8");
+  require(cb.shape(0) == (size_t)m && cb.shape(1) == (size_t)nc && cb.shape(2) == (size_t)v, "gemm_codebook: cb must be [m][nc][v] (cbT transposed)");
+  require(M > 0 && M <= (int64_t(1) << 31) && Kp > 0 && Kp <= (int64_t(1) << 31) && Kp % v == 0,
+          "gemm_codebook: M must be positive and Kp a positive multiple of v (both at most 2^31)");
+  require(group > 0 && group % v == 0, "gemm_codebook: group must be a positive multiple of v");
+  const int64_t Mt = (M + 7) / 8, G = (Kp + group - 1) / group;
+  auto x = in<float, 2>(hx, "gemm_codebook: x");
+  const int64_t N = x.shape(0);
+  require(x.shape(1) == (size_t)Kp, "gemm_codebook: activations must be [N, Kp]");
+  auto y = checked_output("gemm_codebook", hy, N, M);
+  std::vector<CodebookWeights> ws;
+  for (const auto& c : weights) {
+    const auto t = items(c, 2, "gemm_codebook: each weight (codes, scale)");
+    auto codes = in<uint8_t, 1>(t[0], "gemm_codebook: packed codes");
+    auto scale = in<uint16_t, 1>(t[1], "gemm_codebook: scales (float16 bits as uint16)");
+    CodebookWeights w{codes.data(), scale.data(), cbT.data(), cb.data(), M, Kp, group, m, v, nc, Mt, G};
+    require(codes.shape(0) == (size_t)w.codes_bytes(), "gemm_codebook: packed codes have the wrong size for M, Kp, m, v");
+    require(scale.shape(0) == (size_t)(G * Mt * 8), "gemm_codebook: scales have the wrong size for M, Kp, group");
+    ws.push_back(w);
+  }
+  nb::gil_scoped_release release;
+  KernelsRunning running(settings_mutex());
+  const char* path = nullptr;
+  const CodebookKernel k = codebook_kernel(psum, &path);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; it < iters; ++it) codebook_run(ws[it % ws.size()], x.data(), N, y.data(), k);
+  return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+// The codebook quantizer's nearest-centroid search (codebook.h): x, wt f32 [n, v], booksT f32 [v, nc] -> out u8 [n].
+void codebook_assign_py(nb::handle hx, nb::handle hwt, nb::handle hbooksT, nb::handle hout) {
+  auto x = in<float, 2>(hx, "codebook_assign: x");
+  auto wt = in_or_none<float, 2>(hwt, "codebook_assign: wt");
+  auto booksT = in<float, 2>(hbooksT, "codebook_assign: booksT");
+  auto o = out<uint8_t, 1>(hout, "codebook_assign: out");
+  const int64_t n = x.shape(0), v = x.shape(1), nc = booksT.shape(1);
+  require(booksT.shape(0) == (size_t)v && nc >= 1 && nc <= 256, "codebook_assign: booksT must be [v, nc <= 256]");
+  require(o.shape(0) == (size_t)n, "codebook_assign: out must be [n]");
+  if (wt.data()) require(is_shape(wt, n, v), "codebook_assign: wt must be [n, v]");
+  const float* w = wt.data();
+  nb::gil_scoped_release release;
+  KernelsRunning running(settings_mutex());
+  codebook_assign(x.data(), w, booksT.data(), n, v, nc, o.data());
 }
 
 // Causal attention of n new tokens (prefill) over the static cache, heads x tokens on the pool.
@@ -623,6 +681,9 @@ NB_MODULE(_native, m) {
   m.def("gemm_float", &gemm_float, nb::arg("w"), nb::arg("x"), nb::arg("y"));
   m.def("gemm_tq1", &gemm_tq1, nb::arg("weights"), nb::arg("M"), nb::arg("Kp"), nb::arg("group"), nb::arg("q"),
         nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters") = 1);
+  m.def("gemm_codebook", &gemm_codebook, nb::arg("weights"), nb::arg("cbT"), nb::arg("cb"), nb::arg("M"), nb::arg("Kp"),
+        nb::arg("group"), nb::arg("x"), nb::arg("y"), nb::arg("psum") = true, nb::arg("iters") = 1);
+  m.def("codebook_assign", &codebook_assign_py, nb::arg("x"), nb::arg("wt").none(), nb::arg("booksT"), nb::arg("out"));
   m.def("bench_int", &bench_int, nb::arg("copies"), nb::arg("zc"), nb::arg("bits"), nb::arg("M"), nb::arg("Kp"),
         nb::arg("group"), nb::arg("q"), nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters"));
   m.def("bench_float", &bench_float, nb::arg("copies"), nb::arg("x"), nb::arg("y"), nb::arg("iters"));

@@ -16,30 +16,16 @@ class ContextOverflowError(ValueError):
     """Raised when a sequence would not fit in the context."""
 
 
-class KVCache:
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int, dtype=np.float32):
+class CacheIndex:
+    """Which positions of a static cache are filled and with which token ids (no buffers): the
+    bookkeeping KVCache and backends that keep K/V elsewhere (OpenVINO state) share."""
+
+    def __init__(self, max_ctx: int):
         if max_ctx < 1:
             raise ValueError(f"max context must be >= 1, got {max_ctx}")
-        dtype = np.dtype(dtype)
-        if dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
-            raise ValueError(f"the KV cache is float32 or float16, not {dtype}")
-        shape = (n_layers, n_kv_heads, max_ctx, head_dim)
-        self.k = np.zeros(shape, dtype)  # k: [layers, kv_heads, max_ctx, head_dim]
-        self.v = np.zeros(shape, dtype)  # v: [layers, kv_heads, max_ctx, head_dim]
         self.max_ctx = max_ctx
         self.length = 0
         self.tokens: list[int] = []  # the ids whose K/V are in positions 0..length-1
-
-    @classmethod
-    def over(cls, k: np.ndarray, v: np.ndarray) -> "KVCache":
-        """A cache over existing buffers k, v: [layers, kv_heads, max_ctx, head_dim] (e.g. one slot of a
-        SlotKVCache); nothing is allocated."""
-        c = cls.__new__(cls)
-        c.k, c.v = k, v
-        c.max_ctx = int(k.shape[2])
-        c.length = 0
-        c.tokens = []
-        return c
 
     def reset(self) -> None:
         """Forgets the content (the buffers stay allocated)."""
@@ -66,6 +52,28 @@ class KVCache:
                 break
             n += 1
         return n
+
+
+class KVCache(CacheIndex):
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int, dtype=np.float32):
+        super().__init__(max_ctx)
+        dtype = np.dtype(dtype)
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
+            raise ValueError(f"the KV cache is float32 or float16, not {dtype}")
+        shape = (n_layers, n_kv_heads, max_ctx, head_dim)
+        self.k = np.zeros(shape, dtype)  # k: [layers, kv_heads, max_ctx, head_dim]
+        self.v = np.zeros(shape, dtype)  # v: [layers, kv_heads, max_ctx, head_dim]
+
+    @classmethod
+    def over(cls, k: np.ndarray, v: np.ndarray) -> "KVCache":
+        """A cache over existing buffers k, v: [layers, kv_heads, max_ctx, head_dim] (e.g. one slot of a
+        SlotKVCache); nothing is allocated."""
+        c = cls.__new__(cls)
+        c.k, c.v = k, v
+        c.max_ctx = int(k.shape[2])
+        c.length = 0
+        c.tokens = []
+        return c
 
     @property
     def nbytes(self) -> int:

@@ -99,6 +99,8 @@ async def _read_json(request: Request):
             raise RequestError(f"the request body is larger than {MAX_BODY_BYTES} bytes", status=413)
     try:
         return json.loads(raw)
+    except RecursionError:
+        raise RequestError("the request body is nested too deeply") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RequestError(f"the request body is not valid JSON: {e}") from None
 

@@ -40,6 +40,7 @@ class Limits:
     max_context: int  # tokens a sequence may hold (prompt + generated)
     max_tokens: int  # the most tokens one request may ask for
     default_max_tokens: int  # when the request does not say
+    vocab_size: int | None = None  # token ids a prompt may hold: [0, vocab_size)
 
 
 @dataclass
@@ -113,7 +114,7 @@ def _messages(body: dict) -> list[dict]:
     return out
 
 
-def _prompt_ids(body: dict, tokenizer) -> list[int]:
+def _prompt_ids(body: dict, tokenizer, vocab: int | None) -> list[int]:
     p = body.get("prompt")
     if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
         p = p[0]  # a batch of one
@@ -123,7 +124,6 @@ def _prompt_ids(body: dict, tokenizer) -> list[int]:
         except ValueError as e:  # e.g. a model served without a tokenizer
             raise RequestError(str(e), "prompt") from None
     if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-        vocab = getattr(tokenizer, "vocab_size", None)
         if any(t < 0 or (vocab is not None and t >= vocab) for t in p):
             raise RequestError(f"'prompt' token ids must be in [0, {vocab})", "prompt")
         return [int(t) for t in p]
@@ -156,7 +156,7 @@ def parse_job(kind: str, body, tokenizer, limits: Limits, model_id: str) -> Job:
         ids = list(tokenizer.encode(text, add_bos=False))
         mt_name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     else:
-        ids = _prompt_ids(body, tokenizer)
+        ids = _prompt_ids(body, tokenizer, limits.vocab_size)
         mt_name = "max_tokens"
     if not ids:
         raise RequestError("the prompt is empty (no tokens)", "prompt" if kind == "completion" else "messages")

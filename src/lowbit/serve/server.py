@@ -2,6 +2,7 @@
 background thread (tests, `lowbit bench serve`)."""
 from __future__ import annotations
 
+import pathlib
 import socket
 import threading
 import time
@@ -17,6 +18,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def model_name(llm) -> str:
+    """What /v1/models reports: the name the user loaded (GGUF file stem, folder name), else "lowbit"."""
+    for src in (getattr(llm, "source", None), getattr(llm, "path", None)):
+        if src:
+            p = pathlib.Path(src)
+            return p.stem if p.suffix == ".gguf" else p.name
+    return "lowbit"
 
 
 class Server:
@@ -39,8 +49,9 @@ class Server:
         max_tokens = int(max_tokens or ctx)
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        self.limits = Limits(max_context=ctx, max_tokens=max_tokens, default_max_tokens=default_max_tokens)
-        self.model_id = model_id or (llm.path.name if getattr(llm, "path", None) else "lowbit")
+        self.limits = Limits(max_context=ctx, max_tokens=max_tokens, default_max_tokens=default_max_tokens,
+                             vocab_size=llm.model.embed.shape[0])
+        self.model_id = model_id or model_name(llm)
         self.worker = EngineWorker(self.engine, max_queue=max_queue)
         self.app = build_app(llm, self.worker, self.limits, self.model_id)
         self.host = host

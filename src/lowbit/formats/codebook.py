@@ -1,0 +1,195 @@
+"""codebook: additive vector quantization (AQLM) multiplied through a Psumbook (CodeGEMM), on the CPU.
+
+Parameters m (codebooks), v (vector length), b (bits per code), g (inputs per scale group):
+    w[r, k] = s[r, k // g] * sum_i C_i[code_i[r, k // v], k % v]
+bits per weight = m*b/v (codes) + 16/g (float16 scales) + the codebooks, m * 2^b * v float16 per tensor
+(``codebook_bpw`` reports them apart). b <= 8: each code is one byte, so b < 8 stores 8 bits per code.
+
+Layout (kernels/codebook.h has the same description next to the kernels):
+    codes     uint8   [G][Mt][S_g][m][8]   Mt = ceil(M/8) tiles of 8 rows, Kp = ceil(K/v)*v,
+                                           G = ceil(Kp/g), S_g = segments (of v inputs) in group g
+    scale     float16 [G][Mt*8]            rows past M have scale 0
+    codebooks float16 [m][2^b][v]
+Two kernels: the Psumbook one (per token and group, the inner products of each input segment with every
+centroid, then one lookup per code) and dequantize-then-multiply (the usual kernel, the paper's baseline).
+``matmul`` uses the Psumbook for up to PSUM_MAX_TOKENS tokens and dequantize-then-multiply above.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from lowbit import _native
+from lowbit.formats.base import Activations, PackedWeight, check_weight
+
+TILE = 8
+PSUM_MAX_TOKENS = 16
+DEFAULTS = {"m": 1, "v": 4, "b": 8, "g": 128}
+_SPEC = re.compile(r"^codebook(?:-m(\d+)v(\d+)b(\d+)g(\d+))?$")
+
+
+def parse_spec(name: str) -> dict | None:
+    """'codebook-m2v8b8g128' -> {'m': 2, 'v': 8, 'b': 8, 'g': 128}; 'codebook' -> the defaults; else None."""
+    hit = _SPEC.match(name)
+    if not hit:
+        return None
+    if hit.group(1) is None:
+        return dict(DEFAULTS)
+    return dict(zip("mvbg", (int(p) for p in hit.groups())))
+
+
+def spec_name(m: int, v: int, b: int, g: int) -> str:
+    return f"codebook-m{m}v{v}b{b}g{g}"
+
+
+def check_params(m: int, v: int, b: int, g: int) -> None:
+    if not (1 <= m <= 8):
+        raise ValueError(f"codebook: m (codebooks) must be in 1..8, got {m}")
+    if not (1 <= v <= 32):
+        raise ValueError(f"codebook: v (vector length) must be in 1..32, got {v}")
+    if not (1 <= b <= 8):
+        raise ValueError(f"codebook: b (bits per code) must be in 1..8, got {b}")
+    if g < v or g % v:
+        raise ValueError(f"codebook: g (group) must be a positive multiple of v={v}, got {g}")
+
+
+def pack_codes(idx: np.ndarray, group: int, v: int) -> np.ndarray:
+    """codes uint8 [M, nseg, m] -> flat uint8 in the [G][Mt][S_g][m][8] layout."""
+    rows, nseg, m = idx.shape
+    mt, S = -(-rows // TILE), group // v
+    full = np.zeros((mt * TILE, nseg, m), np.uint8)
+    full[:rows] = idx
+    nfull = nseg // S
+    parts = [full[:, :nfull * S].reshape(mt, TILE, nfull, S, m).transpose(2, 0, 3, 4, 1).reshape(-1)]
+    if nseg > nfull * S:
+        parts.append(full[:, nfull * S:].reshape(mt, TILE, nseg - nfull * S, m).transpose(0, 2, 3, 1).reshape(-1))
+    return np.ascontiguousarray(np.concatenate(parts))
+
+
+def unpack_codes(packed: np.ndarray, rows: int, nseg: int, m: int, group: int, v: int) -> np.ndarray:
+    """The inverse of pack_codes: uint8 [M, nseg, m]."""
+    mt, S = -(-rows // TILE), group // v
+    nfull = nseg // S
+    out = np.empty((mt * TILE, nseg, m), np.uint8)
+    n_a = nfull * mt * S * m * TILE
+    out[:, :nfull * S] = packed[:n_a].reshape(nfull, mt, S, m, TILE).transpose(1, 4, 0, 2, 3).reshape(mt * TILE, nfull * S, m)
+    if nseg > nfull * S:
+        rem = nseg - nfull * S
+        out[:, nfull * S:] = packed[n_a:].reshape(mt, rem, m, TILE).transpose(0, 3, 1, 2).reshape(mt * TILE, rem, m)
+    return out[:rows]
+
+
+class CodebookWeight(PackedWeight):
+    format = "codebook"
+    description = "additive vector codebooks (AQLM) with a Psumbook kernel (CodeGEMM): m*b/v + 16/g bits"
+    table_values = "m codebooks of 2^b vectors of v weights (AQLM; default m1 v4 b8), Psumbook kernel"
+    table_scales = "per row and group of g (default 128) + codebooks per tensor"
+
+    def __init__(self, shape, m: int, v: int, b: int, group: int, codes, scale, codebooks, meta_extra=None):
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.m, self.v, self.b = int(m), int(v), int(b)
+        self.kp = -(-self.shape[1] // self.v) * self.v
+        self.group = min(int(group), self.kp)
+        check_params(self.m, self.v, self.b, self.group)
+        self.nc = 1 << self.b
+        self.ngroups = -(-self.kp // self.group)
+        self.mt = -(-self.shape[0] // TILE)
+        n_codes = self.mt * TILE * (self.kp // self.v) * self.m
+        if codes.dtype != np.uint8 or codes.ndim != 1 or codes.size != n_codes:
+            raise ValueError(f"codebook: packed codes must be flat uint8 of {n_codes} bytes, got {codes.dtype} {codes.shape}")
+        if scale.dtype != np.float16 or scale.ndim != 1 or scale.size != self.ngroups * self.mt * TILE:
+            raise ValueError(f"codebook: scales must be flat float16 of {self.ngroups * self.mt * TILE} values")
+        if codebooks.dtype != np.float16 or codebooks.shape != (self.m, self.nc, self.v):
+            raise ValueError(f"codebook: codebooks must be float16 [{self.m}, {self.nc}, {self.v}], "
+                             f"got {codebooks.dtype} {codebooks.shape}")
+        self.codes, self.scale, self.codebooks = codes, scale, codebooks
+        self.meta_extra = dict(meta_extra or {})
+        self._scale_u16 = scale.view(np.uint16)
+        self._cb = np.ascontiguousarray(codebooks, np.float32)         # [m][nc][v] (a few KiB)
+        self._cbT = np.ascontiguousarray(self._cb.transpose(0, 2, 1))  # [m][v][nc]
+
+    @classmethod
+    def quantize(cls, w, m: int = 1, v: int = 4, b: int = 8, g: int | None = None, group_size: int | None = None,
+                 seed: int = 0, iters: int = 4, importance=None, **options) -> "CodebookWeight":
+        """Fits m codebooks of 2^b centroids of v inputs to w (float32 [M, K]); g (or group_size) inputs per
+        scale (default 128). importance: float [K] per-input weights (calibration mean x^2) or None."""
+        from lowbit.formats.codebook_quant import fit_codebooks
+
+        w = check_weight(w)
+        group = int(g or group_size or DEFAULTS["g"])
+        check_params(m, v, b, group)
+        kp = -(-w.shape[1] // v) * v
+        group = min(group, kp)
+        idx, s, books = fit_codebooks(w, m, v, b, group, seed=seed, iters=iters, importance=importance)
+        return cls.from_parts(idx, s, books, group, k=w.shape[1], seed=seed, weighted=importance is not None)
+
+    @classmethod
+    def from_parts(cls, idx: np.ndarray, s: np.ndarray, books: np.ndarray, group: int, k: int, **meta) -> "CodebookWeight":
+        """codes uint8 [M, Kp/v, m], scales [M, G], codebooks [m, 2^b, v] -> packed."""
+        rows, nseg, m = idx.shape
+        v = books.shape[2]
+        b = int(np.log2(books.shape[1]))
+        mt = -(-rows // TILE)
+        sp = np.zeros((mt * TILE, s.shape[1]), np.float16)
+        sp[:rows] = s
+        return cls((rows, k), m, v, b, group, pack_codes(idx, group, v), np.ascontiguousarray(sp.T).reshape(-1),
+                   np.ascontiguousarray(books, np.float16), meta)
+
+    def unpacked_codes(self) -> np.ndarray:
+        """uint8 [M, Kp/v, m]."""
+        return unpack_codes(self.codes, self.shape[0], self.kp // self.v, self.m, self.group, self.v)
+
+    def scales(self) -> np.ndarray:
+        """float32 [M, G]."""
+        return self.scale.reshape(self.ngroups, self.mt * TILE).T[:self.shape[0]].astype(np.float32)
+
+    def dequantize(self) -> np.ndarray:
+        idx = self.unpacked_codes()  # [M, nseg, m]
+        vec = self._cb[0][idx[..., 0]]
+        for i in range(1, self.m):
+            vec = vec + self._cb[i][idx[..., i]]
+        w = vec.reshape(self.shape[0], self.kp)
+        cols = np.arange(self.kp) // self.group
+        return (w * self.scales()[:, cols])[:, :self.shape[1]]
+
+    @property
+    def codebook_bpw(self) -> float:
+        """Bits per weight of the codebooks alone (amortized over this tensor)."""
+        return self.codebooks.nbytes * 8.0 / (self.shape[0] * self.shape[1])
+
+    @property
+    def nominal_bpw(self) -> float:
+        """m*b/v + 16/g: the bits per weight without codebooks and padding."""
+        return self.m * self.b / self.v + 16.0 / self.group
+
+    def native_args(self) -> tuple:
+        return (self.codes, self._scale_u16)
+
+    def padded_input(self, x: np.ndarray) -> np.ndarray:
+        if x.shape[1] == self.kp:
+            return x
+        xp = np.zeros((x.shape[0], self.kp), np.float32)
+        xp[:, :x.shape[1]] = x
+        return xp
+
+    def matmul_kernel(self, x, psum: bool) -> np.ndarray:
+        """float32 [N, K] -> [N, M] with a chosen kernel: the Psumbook (psum=True) or dequantize-then-multiply."""
+        x = self.padded_input(np.ascontiguousarray(x, np.float32))
+        y = np.empty((x.shape[0], self.shape[0]), np.float32)
+        _native.gemm_codebook([self.native_args()], self._cbT, self._cb, self.shape[0], self.kp, self.group, x, y, psum)
+        return y
+
+    def _matmul(self, acts: Activations) -> np.ndarray:
+        return self.matmul_kernel(acts.x, acts.shape[0] <= PSUM_MAX_TOKENS)
+
+    def state(self):
+        meta = {"format": self.format, "M": self.shape[0], "K": self.shape[1], "m": self.m, "v": self.v, "b": self.b,
+                "group": self.group, **self.meta_extra}
+        return meta, {"codes": self.codes, "scale": self.scale, "codebooks": self.codebooks}
+
+    @classmethod
+    def from_state(cls, meta, tensors):
+        extra = {k: v for k, v in meta.items() if k not in ("format", "M", "K", "m", "v", "b", "group")}
+        return cls((meta["M"], meta["K"]), meta["m"], meta["v"], meta["b"], meta["group"], tensors["codes"],
+                   tensors["scale"], tensors["codebooks"], extra)

@@ -1,0 +1,68 @@
+// codebook: additive vector quantization (AQLM / CodeGEMM), multiplied through a Psumbook.
+//
+// Weight w[r, k] = s[r, grp] * sum_i C_i[code_i[r, seg], k % v]   (seg = k / v, grp = k / group)
+// m codebooks C_i of nc = 2^b centroids of v floats each (one set per tensor); one f16 scale per row and
+// group of `group` inputs (a multiple of v).
+//
+// Psumbook product (CodeGEMM): for each input segment of v values x_seg, the table
+//     T[seg][i][c] = sum_t C_i[c][t] * x_seg[t]            (m * nc floats per segment)
+// turns the product into lookups:  y[r] = sum_grp s[r, grp] * sum_{seg in grp} sum_i T[seg][i][code_i[r, seg]].
+// The tables of one group (S = group/v segments: m*nc*S floats, 32 KiB for m1v4b8g128) are built once per
+// token and stay in L1 while every row of the group is looked up.
+//
+// Layout (Mt = ceil(M/8) tiles of 8 rows, Kp = ceil(K/v)*v, G = ceil(Kp/group), S_g = segments of group g):
+//     codes: uint8 [G][Mt][S_g][m][8]   the 8 rows' codes of one (segment, codebook) are 8 bytes: one
+//            vpmovzxbd gives the 8 gather indices. All groups but the last have S = group/v segments.
+//     scale: f16 [G][Mt*8]              rows past M have scale 0
+//     cbT:   f32 [m][v][nc]             coordinate-major codebooks (table build: v FMAs per 8 entries)
+//     cb:    f32 [m][nc][v]             centroid-major codebooks (the dequantize kernel's vector loads)
+// Activations: float32 x [N][Kp] (zero past K). No activation quantization: tables are float32, so the
+// Psumbook product differs from the dequantized matmul only by float rounding.
+#pragma once
+#include <cstdint>
+
+namespace lowbit {
+
+struct CodebookWeights {
+  const uint8_t* codes;
+  const uint16_t* scale;
+  const float* cbT;
+  const float* cb;
+  int64_t M, Kp, group, m, v, nc, Mt, G;
+  int64_t segs_full() const { return group / v; }
+  int64_t segs(int64_t grp) const {
+    const int64_t end = (grp + 1) * group < Kp ? (grp + 1) * group : Kp;
+    return (end - grp * group) / v;
+  }
+  const uint8_t* group_codes(int64_t grp) const { return codes + grp * Mt * segs_full() * m * 8; }
+  int64_t codes_bytes() const { return Mt * (Kp / v) * m * 8; }
+};
+
+// One kernel call: groups [g0, g1), row tiles [t0, t1), tokens x[N][ldx]; adds into yp[N][ldy] (rows of
+// the tiles; yp has Mt*8 columns). tables: scratch of >= table_floats(w, N) floats.
+using CodebookKernel = void (*)(const CodebookWeights&, const float* x, int64_t ldx, int64_t N, int64_t g0,
+                                int64_t g1, int64_t t0, int64_t t1, float* yp, int64_t ldy, float* tables);
+int64_t codebook_table_floats(const CodebookWeights& w, int64_t N);
+
+void codebook_psum_scalar(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                          int64_t, float*, int64_t, float*);
+void codebook_psum_avx2(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                        int64_t, float*, int64_t, float*);
+void codebook_dequant_scalar(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             int64_t, float*, int64_t, float*);
+void codebook_dequant_avx2(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, float*, int64_t, float*);
+
+// The path for the active ISA ("scalar" -> the C++ twin, any SIMD level -> AVX2). psum: the Psumbook
+// kernel, else dequantize-then-multiply. name: the path chosen.
+CodebookKernel codebook_kernel(bool psum, const char** name);
+
+// y [N][M] = x [N][Kp] . W^T on the thread pool; call without the GIL.
+void codebook_run(const CodebookWeights& w, const float* x, int64_t N, float* y, CodebookKernel k);
+
+// The quantizer's nearest-centroid search: out[i] = argmin_c sum_k wt[i][k] (x[i][k] - C[c][k])^2 (first
+// minimum on ties), x and wt [n][v] (wt null: all ones), booksT [v][nc] with nc <= 256. On the thread pool.
+void codebook_assign(const float* x, const float* wt, const float* booksT, int64_t n, int64_t v, int64_t nc,
+                     uint8_t* out);
+
+}  // namespace lowbit

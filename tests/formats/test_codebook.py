@@ -1,0 +1,115 @@
+"""codebook (AQLM codes, CodeGEMM Psumbook): layout, both kernels against the numpy dequantize reference on
+odd shapes and every ISA, the quantizer's error against bits per weight, determinism, state round trip."""
+import numpy as np
+import pytest
+
+from lowbit.formats import from_state, get_format, quantize
+from lowbit.formats.codebook import CodebookWeight, pack_codes, parse_spec, unpack_codes
+from lowbit.formats.codebook_quant import fit_codebooks
+
+# (m, v, b, g, M, K): the paper's two settings, a ~3-bit one, small tables (b < 3 takes the non-SIMD table
+# build), v not a power of two, K not a multiple of v or g (a partial last group), M not a multiple of 8.
+CASES = [(1, 4, 8, 128, 70, 300), (2, 8, 8, 128, 33, 256), (3, 8, 8, 64, 9, 200), (2, 3, 5, 12, 13, 37),
+         (1, 2, 2, 8, 5, 21), (1, 4, 6, 1024, 17, 96)]
+
+
+def random_parts(rng, m, v, b, g, rows, k):
+    """A packed weight with random codes, scales and codebooks (no fitting: fast, every code value used)."""
+    kp = -(-k // v) * v
+    group = min(g, kp)
+    idx = rng.integers(0, 1 << b, size=(rows, kp // v, m), dtype=np.uint8)
+    s = rng.uniform(0.5, 2.0, size=(rows, -(-kp // group))).astype(np.float16).astype(np.float32)
+    books = rng.standard_normal((m, 1 << b, v)).astype(np.float16).astype(np.float32)
+    return CodebookWeight.from_parts(idx, s, books, group, k=k)
+
+
+@pytest.mark.parametrize("m,v,b,g,rows,k", CASES)
+def test_pack_roundtrip(rng, m, v, b, g, rows, k):
+    pw = random_parts(rng, m, v, b, g, rows, k)
+    idx = pw.unpacked_codes()
+    assert np.array_equal(unpack_codes(pack_codes(idx, pw.group, v), rows, pw.kp // v, m, pw.group, v), idx)
+
+
+@pytest.mark.parametrize("m,v,b,g,rows,k", CASES)
+@pytest.mark.parametrize("n", [1, 3, 21])
+def test_kernels_match_dequantize_every_isa(isa, rng, m, v, b, g, rows, k, n):
+    pw = random_parts(rng, m, v, b, g, rows, k)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    w = pw.dequantize().astype(np.float64)
+    ref = x.astype(np.float64) @ w.T
+    # Tables and accumulators are float32 (no activation or psum quantization): each output is a sum of
+    # K*m float32 products, so its error is bounded by ~K*m*eps32 * sum|w x|; 1e-5 of that bound is ~100x slack.
+    bound = np.abs(x.astype(np.float64)) @ np.abs(w).T
+    tol = 2e-5 * bound + 1e-6
+    for psum in (True, False):
+        y = pw.matmul_kernel(x, psum)
+        assert y.shape == (n, rows) and y.dtype == np.float32
+        err = np.abs(y - ref)
+        assert np.all(err <= tol), f"{isa} psum={psum}: max err {err.max()} (tol {tol.max()})"
+    np.testing.assert_allclose(pw.matmul(x[0]), ref[0], rtol=0, atol=float(tol.max()))
+
+
+def test_error_falls_as_bits_rise(rng):
+    w = (rng.standard_normal((64, 512)) * rng.uniform(0.2, 2.0, size=(64, 1))).astype(np.float32)
+    errs = []
+    for m, v in [(1, 8), (1, 4), (3, 8)]:  # ~1.1, ~2.1, ~3.1 bits per weight
+        pw = quantize(w, "codebook", m=m, v=v, b=8, g=128, iters=3)
+        errs.append(float(np.mean((pw.dequantize() - w) ** 2) / np.mean(w ** 2)))
+    assert errs[0] > errs[1] > errs[2], errs
+    assert errs[1] < 0.2, errs  # 2 bits of a Gaussian: a uniform 2-bit grid gives ~0.12
+
+
+def test_refinement_beats_kmeans_init(rng):
+    w = rng.standard_normal((32, 512)).astype(np.float32)
+    e = [np.mean((quantize(w, "codebook", m=2, v=8, b=6, g=128, iters=it).dequantize() - w) ** 2) for it in (0, 3)]
+    assert e[1] < e[0], e
+
+
+def test_importance_weights_the_error(rng):
+    w = rng.standard_normal((64, 256)).astype(np.float32)
+    imp = np.ones(256, np.float32)
+    imp[:32] = 100.0  # 32 important input channels
+    plain = quantize(w, "codebook", m=1, v=4, b=6, g=64)
+    weighted = quantize(w, "codebook", m=1, v=4, b=6, g=64, importance=imp)
+    err = lambda pw: float(np.mean((pw.dequantize()[:, :32] - w[:, :32]) ** 2))
+    assert err(weighted) < err(plain)
+
+
+def test_quantize_is_deterministic(rng):
+    w = rng.standard_normal((40, 200)).astype(np.float32)
+    a = quantize(w, "codebook", m=2, v=8, b=6, g=64, seed=3)
+    b = quantize(w, "codebook", m=2, v=8, b=6, g=64, seed=3)
+    for x, y in zip(a.state()[1].values(), b.state()[1].values()):
+        assert np.array_equal(x, y)
+
+
+def test_bits_per_weight_and_state_is_zero_copy(rng):
+    pw = random_parts(rng, 1, 4, 8, 128, 256, 1024)
+    assert pw.nominal_bpw == pytest.approx(2.125)
+    assert pw.bits_per_weight == pytest.approx(2.125 + pw.codebook_bpw)
+    meta, tensors = pw.state()
+    back = from_state(meta, tensors)
+    assert isinstance(back, CodebookWeight) and back.shape == pw.shape
+    assert all(np.shares_memory(getattr(back, n), tensors[n]) for n in ("codes", "scale", "codebooks"))
+    assert np.array_equal(back.dequantize(), pw.dequantize())
+
+
+def test_spec_names():
+    assert parse_spec("codebook-m2v8b8g128") == {"m": 2, "v": 8, "b": 8, "g": 128}
+    assert parse_spec("codebook") == {"m": 1, "v": 4, "b": 8, "g": 128}
+    assert parse_spec("int4") is None
+    assert get_format("codebook") is CodebookWeight
+
+
+def test_bad_parameters_raise(rng):
+    w = rng.standard_normal((8, 64)).astype(np.float32)
+    with pytest.raises(ValueError, match="multiple of v"):
+        quantize(w, "codebook", v=4, g=30)
+    with pytest.raises(ValueError, match="b \\(bits"):
+        quantize(w, "codebook", b=9)
+    pw = random_parts(rng, 1, 4, 8, 128, 8, 64)
+    with pytest.raises(ValueError, match="K=64"):
+        pw.matmul(np.zeros((1, 65), np.float32))
+    meta, t = pw.state()
+    with pytest.raises(ValueError, match="packed codes"):
+        from_state(meta, {**t, "codes": t["codes"][:-1]})

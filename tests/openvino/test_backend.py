@@ -1,0 +1,130 @@
+"""Export + runtime on tiny models (CPU device, f32 precision hint): the OpenVINO backend's logits and
+greedy tokens equal lowbit's own f32 path, for every prefill chunk size, across cache reuse (a prompt
+extending the cached one) and state hand-over between the prefill and decode pipelines."""
+import json
+
+import numpy as np
+import pytest
+
+import lowbit
+from lowbit.api import model_from_checkpoint
+from lowbit.generate import generate_step
+from lowbit.io.checkpoint import open_checkpoint
+from lowbit.openvino.backend import OpenVINOModel
+from lowbit.openvino.export import MANIFEST, export
+from tests.cli.conftest import write_tiny_dir
+from tests.cli.test_api import write_hf_folder
+
+LOGIT_ATOL = 1e-4  # f32 on both sides; measured ~1e-6 on these models
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    return write_hf_folder(tmp_path_factory.mktemp("ov") / "hf")
+
+
+@pytest.fixture(scope="module")
+def f32_export(hf_dir, tmp_path_factory):
+    return export(hf_dir, tmp_path_factory.mktemp("ov") / "tiny-f32", weights="f32", max_seq_len=64,
+                  chunk_layers=1, progress=False)
+
+
+def test_export_layout(f32_export):
+    m = json.loads((f32_export / MANIFEST).read_text())
+    assert [c["kind"] for c in m["chunks"]] == ["embed", "layers", "layers", "head"]
+    assert m["cache_slots"] == 65 and m["weights"] == "f32"
+    import openvino as ov
+
+    layer = ov.Core().read_model(str(f32_export / m["chunks"][1]["file"]))
+    assert [p.get_any_name() for p in layer.inputs] == ["x", "mask", "cos", "sin", "pos"]
+    # the output is the Result named "x" (OpenVINO renames its tensor to x_1: tensor names are unique)
+    assert [o.get_node().get_friendly_name() for o in layer.outputs] == ["x"]
+    assert sorted(v.get_info().variable_id for v in layer.get_variables()) == ["cache_k_0", "cache_v_0"]
+    assert all(p.get_partial_shape().is_static for p in layer.inputs)
+    head = ov.Core().read_model(str(f32_export / m["chunks"][-1]["file"]))
+    assert head.outputs[0].get_any_name() == "logits"
+    assert not list(f32_export.parent.glob(".tiny-f32.tmp-*")), "the temporary folder was left behind"
+
+
+@pytest.mark.parametrize("prefill_chunk", [1, 4, 16])
+def test_matches_native_f32(f32_export, hf_dir, prefill_chunk):
+    ref = model_from_checkpoint(open_checkpoint(hf_dir), max_context=64)
+    ov_model = OpenVINOModel(f32_export, precision="f32", prefill_chunk=prefill_chunk)
+    ids = list(range(3, 21))  # 18 tokens: a partial last prefill chunk for 4 and 16
+    np.testing.assert_allclose(ov_model.logits(ids), ref.logits(ids), atol=LOGIT_ATOL, rtol=0)
+    for model in (ref, ov_model):
+        model.reset()
+    want = list(generate_step(ref, ids, max_tokens=12))
+    got = list(generate_step(ov_model, ids, max_tokens=12))
+    assert got == want
+    # the next turn extends the cached sequence: only the new tokens are prefilled, after a decode run
+    longer = ids + want + [5, 6, 7]
+    want2 = list(generate_step(ref, longer, max_tokens=8))
+    assert ov_model.cache.common_prefix(longer) == len(ids) + len(want) - 1
+    got2 = list(generate_step(ov_model, longer, max_tokens=8))
+    assert got2 == want2
+    # a different prompt sharing a prefix: the cache is truncated, stale slots are rewritten
+    other = ids[:5] + [30, 31, 32]
+    assert list(generate_step(ov_model, other, max_tokens=6)) == list(generate_step(ref, other, max_tokens=6))
+
+
+def as_exported(pw) -> np.ndarray:
+    """The weights the export holds for a lowbit integer weight: a * (c - float16(zp)), zp = -b/a."""
+    a, b = pw.affine()
+    zp = (np.full_like(a, pw.zc) if pw.offset is None else -b / a).astype(np.float16).astype(np.float32)
+    cols = np.arange(pw.shape[1]) // pw.group
+    return (pw.unpacked_codes() - zp[:, cols]) * a[:, cols]
+
+
+def test_int4_lowbit_dir_keeps_codes(tmp_path):
+    """An int4 lowbit directory exports its codes as they are: OpenVINO (f32) matches lowbit's f32 path on
+    the same weights (codes, float16 scales, zero points rounded to float16 as the export stores them)."""
+    src = write_tiny_dir(tmp_path / "tiny-int4", fmt="int4")
+    out = export(src, tmp_path / "ov", weights="int4", max_seq_len=32, progress=False)
+    ck = open_checkpoint(src)
+    dense = {}
+    for n in ck.tensor_names():
+        w = ck.load(n)
+        dense[n] = as_exported(w) if hasattr(w, "unpacked_codes") else (w.dequantize() if hasattr(w, "dequantize") else w)
+    ref = lowbit.api.Model.from_weights(dict(ck.config), dense, max_context=32)
+    ov_model = OpenVINOModel(out, precision="f32")
+    ids = list(range(3, 15))
+    np.testing.assert_allclose(ov_model.logits(ids), ref.logits(ids), atol=1e-4, rtol=0)
+
+
+def test_api_and_cli(hf_dir, tmp_path, capsys):
+    from lowbit.cli import main
+
+    llm = lowbit.load(hf_dir, backend="openvino", format="f32", precision="f32", max_context=48, progress=False)
+    assert llm.model.backend == "openvino" and llm.model.max_context == 48
+    text = llm.generate("The quick", max_tokens=6)
+    again = lowbit.load(hf_dir, backend="openvino", format="f32", precision="f32", max_context=48, progress=False)
+    assert again.path == llm.path  # exported once into the cache, then reused
+    assert again.generate("The quick", max_tokens=6) == text
+    native = lowbit.load(hf_dir, format="f32", max_context=48, progress=False)
+    assert native.generate("The quick", max_tokens=6) == text
+
+    out = tmp_path / "cli-ov"
+    assert main(["export-openvino", str(hf_dir), str(out), "--weights", "int8", "--max-seq-len", "32", "-q"]) == 0
+    assert (out / MANIFEST).is_file() and any((out / "cache").iterdir())  # compiled once after export
+    assert main(["export-openvino", str(hf_dir), str(out), "-q", "--no-compile"]) == 1  # exists, no --overwrite
+    assert "already exists" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["run", "-m", str(out), "--backend", "openvino", "--no-chat", "-p", "The", "-n", "4", "-q"]) == 0
+    assert capsys.readouterr().out.strip() != ""
+
+
+def test_errors(f32_export, tmp_path):
+    with pytest.raises(RuntimeError, match="not available"):
+        OpenVINOModel(f32_export, device="NOSUCHDEVICE")
+    with pytest.raises(ValueError, match="exported for at most 64"):
+        lowbit.load(f32_export, backend="openvino", max_context=128)
+    with pytest.raises(ValueError, match="unknown backend"):
+        lowbit.load(f32_export, backend="tpu")
+    with pytest.raises(FileNotFoundError, match="not an OpenVINO export"):
+        OpenVINOModel(tmp_path)
+    with pytest.raises(ValueError, match="unknown OpenVINO weight type"):
+        export(f32_export, tmp_path / "x", weights="int3")
+    model = OpenVINOModel(f32_export, precision="f32")
+    with pytest.raises(lowbit.model.ContextOverflowError):
+        model.prefill(list(range(65)))
