@@ -40,11 +40,22 @@ echo "sanitize.sh: building the ASan+UBSan extension (build/sanitize)..."
   || die "the sanitizer build failed"
 
 export PYTHONPATH="$PWD/$SITE${PYTHONPATH:+:$PYTHONPATH}"
-export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:${ASAN_OPTIONS:-}"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
+# Reports go to files as well as stderr (pytest captures stderr; a test that aborts would lose its report).
+LOGS="$PWD/build/sanitize-logs"
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:log_path=$LOGS/asan:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$LOGS/ubsan:${UBSAN_OPTIONS:-}"
 LD_PRELOAD="$PRELOAD" "$PY" -c "import lowbit, sys; assert lowbit.__file__.startswith('$PWD/$SITE'), lowbit.__file__" \
   || die "the instrumented lowbit is not the one imported"
 
 [ $# -gt 0 ] || set -- tests/kernels tests/formats tests/model
 echo "sanitize.sh: pytest $* (LD_PRELOAD=$PRELOAD)"
-LD_PRELOAD="$PRELOAD" exec "$PY" -m pytest -q -p no:cacheprovider "$@"
+rc=0
+LD_PRELOAD="$PRELOAD" "$PY" -m pytest -q -p no:cacheprovider "$@" || rc=$?
+if compgen -G "$LOGS/*" >/dev/null; then
+  echo "sanitize.sh: sanitizer reports:" >&2
+  cat "$LOGS"/* >&2
+  exit 1
+fi
+[ "$rc" -eq 0 ] || die "pytest failed (status $rc)"
+echo "sanitize.sh: clean (no ASan/UBSan report)"
