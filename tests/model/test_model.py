@@ -71,7 +71,8 @@ def test_untied_gqa_bias_variants():
     for p in ("q", "k", "v"):
         w[f"model.layers.0.self_attn.{p}_proj.bias"] = np.full(w[f"model.layers.0.self_attn.{p}_proj.weight"].shape[0], 0.1, np.float32)
     m = Model.from_weights(cfg, w)
-    assert not m.tied and m.layers[0].q.bias is not None and m.layers[1].q.bias is None
+    assert not m.tied and np.all(m.layers[0].q.bias == 0.1)
+    assert m.layers[1].o.bias is not None and m.layers[1].gate.bias is None  # attention_bias: q, k, v and o
     full = m.logits(IDS)
     m.prefill(IDS[:3])
     np.testing.assert_allclose(m.decode(IDS[3]), full[3], rtol=1e-5, atol=1e-5)

@@ -27,7 +27,7 @@ def test_native_decode_matches_python(isa, model_type, fmt):
     cfg = config(model_type)
     model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=64)
     native = NativeDecoder.build(model)
-    assert native is not None
+    assert isinstance(native, NativeDecoder), native
     prompt, steps = [1, 2, 3, 4, 5], [7, 8, 9, 299]
     model.reset()
     model.prefill(prompt)

@@ -11,13 +11,22 @@ NEOX rope and is not permuted). Per head, HF rows [0..hd/2) and [hd/2..hd) are i
 and we undo it (as transformers' GGUF loader does):
     hf = gguf.reshape(n_head, hd/2, 2, K).swapaxes(1, 2).reshape(M, K)
 with n_head = num_attention_heads for Q and num_key_value_heads for K.
+
+Families (llama.cpp's names, gguf.constants MODEL_TENSORS): qwen2 (attn_{q,k,v}.bias), qwen3
+(attn_{q,k}_norm), phi3 (fused attn_qkv and ffn_up = [gate; up], rope_factors_{long,short}), gemma2
+(post_attention_norm, ffn_norm = pre-MLP, post_ffw_norm; llama.cpp stores its norms as 1 + w, we give w
+back). Mistral GGUFs are arch "llama". Metadata that changes the math (sliding window, soft-capping,
+rope scaling, experts) becomes the HF config key, which lowbit.model.config.check_supported judges.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from lowbit.formats.ternary import TernaryWeight, row_scales_if_uniform
-from lowbit.io.checkpoint import LM_HEAD, Checkpoint, canonical_names, check_shape, expected_shape, normalize_config
+from lowbit.io.checkpoint import (
+    LM_HEAD, Checkpoint, canonical_names, check_all_used, check_shape, expected_shape, fused_parts, fused_suffix,
+    normalize_config,
+)
 
 TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
              "output.weight": LM_HEAD}
@@ -27,18 +36,30 @@ BLOCK_NAMES = {
     "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj", "ffn_sub_norm": "mlp.ffn_sub_norm",
 }
-ARCHS = {"llama": "llama", "bitnet": "bitnet"}
+ARCH_BLOCK_NAMES = {  # per-arch renames on top of BLOCK_NAMES
+    "gemma2": {"post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+               "post_ffw_norm": "post_feedforward_layernorm"},
+    "qwen3": {"attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"},
+    "phi3": {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"},
+}
+ARCHS = {"llama": "llama", "bitnet": "bitnet", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3", "gemma2": "gemma2"}
+HF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "bitnet": "BitNetForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                    "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM"}
+# tensors read into the config rather than the weights
+CONFIG_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight", "rope_freqs.weight")
 TERNARY_TYPES = ("TQ1_0", "TQ2_0")  # an optional blk.N.<name>.scale (one float) multiplies the weight
 QK_K = 256
 
 
-def hf_name(gguf_name: str) -> str | None:
-    """'blk.3.attn_q.weight' -> 'model.layers.3.self_attn.q_proj.weight'; None for tensors lowbit does not use."""
+def hf_name(gguf_name: str, arch: str = "llama") -> str | None:
+    """'blk.3.attn_q.weight' -> 'model.layers.3.self_attn.q_proj.weight'; None for tensors lowbit does not know."""
     if gguf_name in TOP_NAMES:
         return TOP_NAMES[gguf_name]
     parts = gguf_name.split(".")
-    if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in BLOCK_NAMES:
-        return f"model.layers.{int(parts[1])}.{BLOCK_NAMES[parts[2]]}.weight"
+    names = {**BLOCK_NAMES, **ARCH_BLOCK_NAMES.get(arch, {})}
+    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[3] in ("weight", "bias") \
+            and parts[2] in names:
+        return f"model.layers.{int(parts[1])}.{names[parts[2]]}.{parts[3]}"
     return None
 
 
@@ -91,28 +112,44 @@ class GGUFCheckpoint(Checkpoint):
         except Exception as e:  # the gguf package raises assorted errors on bad files
             raise ValueError(f"{self.path}: malformed or truncated GGUF file ({type(e).__name__}: {e})") from None
         self.meta = {k: f for k, f in self.reader.fields.items() if not k.startswith("GGUF.")}
-        self.tensors = {}
-        by_name = {t.name: t for t in self.reader.tensors}
-        self.extra = {n: by_name[n] for n in ("rope_freqs.weight",) if n in by_name}  # model-wide, not weights
-        for t in self.reader.tensors:
-            name = hf_name(t.name)
-            if name is not None:
-                self.tensors[name] = t
-        # optional per-tensor output scales of some BitNet GGUFs: blk.N.attn_q.scale (one float32)
-        self.scales = {n: by_name[t.name[:-len("weight")] + "scale"] for n, t in self.tensors.items()
-                       if t.name.endswith(".weight") and t.name[:-len("weight")] + "scale" in by_name}
         self.arch = self.get("general.architecture")
         if self.arch not in ARCHS:
             raise ValueError(f"{self.path}: unsupported GGUF architecture {self.arch!r}; lowbit supports {', '.join(ARCHS)}")
+        self.tensors = {}
+        by_name = self._by_name = {t.name: t for t in self.reader.tensors}
+        self.extra = {n: by_name[n] for n in ("rope_freqs.weight",) if n in by_name}  # model-wide, not weights
+        unknown = []
+        for t in self.reader.tensors:
+            name = hf_name(t.name, self.arch)
+            if name is not None:
+                self.tensors[name] = t
+            elif t.name not in CONFIG_TENSORS and not t.name.endswith(".scale"):
+                unknown.append(t.name)
+        if unknown:
+            raise ValueError(f"{self.path}: tensors lowbit does not implement for arch {self.arch!r}: {unknown[:4]}"
+                             + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else ""))
+        # optional per-tensor output scales of some BitNet GGUFs: blk.N.attn_q.scale (one float32)
+        self.scales = {n: by_name[t.name[:-len("weight")] + "scale"] for n, t in self.tensors.items()
+                       if t.name.endswith(".weight") and t.name[:-len("weight")] + "scale" in by_name}
         self.config = normalize_config(self._config(), self.path)
         if "rope_freqs.weight" in self.extra:  # Llama 3.1/3.2: llama3 scaling as per-frequency factors
             self.config["rope_freq_factors"] = self._rope_freq_factors(self.extra["rope_freqs.weight"])
         self.sub_norms = any(n.endswith("attn_sub_norm.weight") for n in self.tensors)
         self._names = canonical_names(self.config, self.sub_norms)
-        missing = [n for n in self._names if n not in self.tensors]
+        self.parts: dict[str, tuple[str, int, int]] = {}  # canonical name -> (fused name, first row, end row)
+        for fused in [n for n in self.tensors if fused_suffix(n)]:
+            t = self.tensors[fused]
+            check_shape(self.path, fused, tuple(int(s) for s in reversed(t.shape.tolist())),
+                        expected_shape(self.config, fused))
+            for name, start, stop in fused_parts(self.config, fused):
+                self.parts[name] = (fused, start, stop)
+        check_all_used(self.path, self.config, self.tensors, self._names + [p[0] for p in self.parts.values()])
+        missing = [n for n in self._names if n not in self.tensors and n not in self.parts]
         if missing:
             raise ValueError(f"{self.path}: GGUF lacks {len(missing)} tensors the metadata implies, e.g. {missing[:3]}")
         for name in self._names:
+            if name in self.parts:
+                continue
             t = self.tensors[name]
             shape = tuple(int(s) for s in reversed(t.shape.tolist()))
             check_shape(self.path, name, shape, expected_shape(self.config, name))
@@ -129,7 +166,7 @@ class GGUFCheckpoint(Checkpoint):
         embd = self.tensors.get("model.embed_tokens.weight")
         vocab = int(embd.shape[1]) if embd is not None else g("vocab_size") or len(self.get("tokenizer.ggml.tokens", []))
         cfg = {
-            "model_type": ARCHS[a], "architectures": ["BitNetForCausalLM" if a == "bitnet" else "LlamaForCausalLM"],
+            "model_type": ARCHS[a], "architectures": [HF_ARCHITECTURES[a]],
             "hidden_size": g("embedding_length"), "intermediate_size": g("feed_forward_length"),
             "num_hidden_layers": g("block_count"), "num_attention_heads": g("attention.head_count"),
             "num_key_value_heads": g("attention.head_count_kv"),
@@ -150,7 +187,39 @@ class GGUFCheckpoint(Checkpoint):
             cfg["rope_scaling"] = {"rope_type": kind, "factor": float(factor)}
             if g("rope.scaling.original_context_length"):
                 cfg["rope_scaling"]["original_max_position_embeddings"] = g("rope.scaling.original_context_length")
+        # metadata that changes the math -> the HF key (check_supported refuses what the arch does not implement)
+        rope_dims, hd = g("rope.dimension_count"), cfg["head_dim"]
+        if rope_dims and hd and rope_dims != hd:
+            cfg["partial_rotary_factor"] = rope_dims / hd
+        for key, hf in (("attention.sliding_window", "sliding_window"), ("attn_logit_softcapping", "attn_logit_softcapping"),
+                        ("final_logit_softcapping", "final_logit_softcapping"), ("expert_count", "num_local_experts")):
+            if g(key) is not None:
+                cfg[hf] = g(key)
+        # llama.cpp loads each bias when present; transformers' attention_bias / mlp_bias mean all of them
+        if any(n.endswith(("_proj.bias")) and ".self_attn." in n for n in self.tensors) and a != "qwen2":
+            cfg["attention_bias"] = True
+        if any(n.endswith("_proj.bias") and ".mlp." in n for n in self.tensors):
+            cfg["mlp_bias"] = True
+        if a == "llama" and cfg.get("sliding_window"):  # Mistral v0.1 is arch llama in GGUF; its window is Mistral's
+            cfg["model_type"], cfg["architectures"] = "mistral", ["MistralForCausalLM"]
+        if a == "gemma2":  # llama.cpp scales q by 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for the 27B (46 layers)
+            cfg["hidden_activation"] = "gelu_pytorch_tanh"
+            cfg["query_pre_attn_scalar"] = (cfg["hidden_size"] // cfg["num_attention_heads"]
+                                            if cfg["num_hidden_layers"] == 46 else cfg["head_dim"])
+        if a == "phi3" and "rope_factors_long.weight" in self._by_name:
+            original = g("rope.scaling.original_context_length") or cfg["max_position_embeddings"]
+            cfg["rope_scaling"] = {
+                "rope_type": "longrope", "original_max_position_embeddings": int(original),
+                "long_factor": self._vector("rope_factors_long.weight"),
+                "short_factor": self._vector("rope_factors_short.weight")}
+            if g("rope.scaling.attn_factor") is not None:
+                cfg["rope_scaling"]["attention_factor"] = float(g("rope.scaling.attn_factor"))
         return cfg
+
+    def _vector(self, name: str) -> list[float]:
+        from gguf import quants
+        t = self._by_name[name]
+        return [float(v) for v in quants.dequantize(t.data, t.tensor_type).reshape(-1)]
 
     def _rope_freq_factors(self, t) -> list[float]:
         """rope_freqs.weight: one float per rotary frequency (head_dim/2 of them); inv_freq is divided by it."""
@@ -176,15 +245,27 @@ class GGUFCheckpoint(Checkpoint):
         """Heads to un-permute for Q/K of arch llama, else None."""
         if self.arch != "llama":
             return None
-        if name.endswith("self_attn.q_proj.weight"):
+        if name.endswith(("self_attn.q_proj.weight", "self_attn.q_proj.bias")):  # llama.cpp permutes biases too
             return self.config["num_attention_heads"]
-        if name.endswith("self_attn.k_proj.weight"):
+        if name.endswith(("self_attn.k_proj.weight", "self_attn.k_proj.bias")):
             return self.config["num_key_value_heads"]
         return None
 
     def load(self, name: str):
         if name not in self._names:
             raise self._unknown(name)
+        if name in self.parts:  # a row slice of a fused tensor (Phi-3)
+            fused, start, stop = self.parts[name]
+            w = self._load(fused)
+            if not isinstance(w, np.ndarray):  # packed ternary: rows cannot be sliced in place
+                w = w.dequantize()
+            return np.ascontiguousarray(w[start:stop])
+        w = self._load(name)
+        if self.arch == "gemma2" and name.endswith("norm.weight"):  # llama.cpp wrote 1 + w
+            w = w - np.float32(1.0)
+        return w
+
+    def _load(self, name: str):
         from gguf import quants
         t = self.tensors[name]
         shape = expected_shape(self.config, name)
@@ -200,6 +281,8 @@ class GGUFCheckpoint(Checkpoint):
             if n_head:
                 tern, d = unpermute_rows(tern, n_head), unpermute_rows(d, n_head)
             d = d * np.float32(scale)
+            if not np.isfinite(d).all():
+                raise ValueError(f"{self.path}: tensor {t.name!r} has NaN or Inf block scales")
             rows = row_scales_if_uniform(tern, d, QK_K)
             if rows is not None:
                 return TernaryWeight.from_ternary(tern, rows, source=t.tensor_type.name)
@@ -210,6 +293,8 @@ class GGUFCheckpoint(Checkpoint):
             raise ValueError(f"{self.path}: tensor {t.name} has GGUF type {t.tensor_type.name}, "
                              "which the gguf package cannot dequantize") from None
         w = np.ascontiguousarray(w, dtype=np.float32).reshape(shape)
+        if not np.isfinite(w).all():
+            raise ValueError(f"{self.path}: tensor {t.name!r} has NaN or Inf values")
         if scale != 1.0:
             w = w * np.float32(scale)
         return unpermute_rows(w, n_head) if n_head else w

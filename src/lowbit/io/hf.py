@@ -20,7 +20,8 @@ import numpy as np
 
 from lowbit.formats.ternary import TernaryWeight
 from lowbit.io.checkpoint import (
-    LM_HEAD, Checkpoint, canonical_names, check_shape, expected_shape, is_linear, normalize_config, read_json,
+    LM_HEAD, Checkpoint, canonical_names, check_all_used, check_shape, expected_shape, fused_parts, fused_suffix, is_linear,
+    normalize_config, read_json,
 )
 from lowbit.io.safetensors_file import SafetensorsFile
 
@@ -60,7 +61,8 @@ class HFCheckpoint(Checkpoint):
         for f in self.files:
             for stored in f.keys():
                 self.where[sanitize_name(stored)] = (f, stored)
-        archs = [a.lower() for a in raw.get("architectures") or []]
+        archs = raw.get("architectures")
+        archs = [a.lower() for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
         self.sub_norms = any(n.endswith("attn_sub_norm.weight") for n in self.where)
         if self.sub_norms and raw.get("model_type") == "llama" and any("bitnet" in a for a in archs):
             raw = {**raw, "model_type": "bitnet"}  # 1bitLLM: llama config, BitNet sub-norms, SiLU
@@ -71,7 +73,18 @@ class HFCheckpoint(Checkpoint):
         if self.quant.get("use_rms_norm"):
             raise ValueError(f"{self.path}: BitNet quantization_config with use_rms_norm is not supported")
         self._names = canonical_names(self.config, self.sub_norms)
-        missing = [n for n in self._names if n not in self.where]
+        # fused tensors (Phi-3's qkv_proj, gate_up_proj) -> canonical name: (fused name, first row, end row)
+        self.parts: dict[str, tuple[str, int, int]] = {}
+        for fused in [n for n in self.where if fused_suffix(n)]:
+            check_shape(self.where[fused][0].path, fused, self.where[fused][0].shape(self.where[fused][1]),
+                        expected_shape(self.config, fused))
+            for name, start, stop in fused_parts(self.config, fused):
+                if name in self.where:
+                    raise ValueError(f"{self.path}: {name!r} is stored both alone and inside {fused!r}")
+                self.parts[name] = (fused, start, stop)
+        check_all_used(self.path, self.config, self.where, self._names + [self.parts[n][0] for n in self.parts],
+                       ignorable=("rotary_emb.inv_freq", ".weight_scale"))
+        missing = [n for n in self._names if n not in self.where and n not in self.parts]
         if missing:
             raise ValueError(f"{self.path}: checkpoint lacks {len(missing)} tensors the config implies, e.g. {missing[:3]}")
         for name in self._names:
@@ -97,10 +110,14 @@ class HFCheckpoint(Checkpoint):
         return [SafetensorsFile(self.path / n) for n in names]
 
     def _is_packed(self, name: str) -> bool:
+        if name in self.parts:
+            return False
         f, stored = self.where[name]
         return f.dtype(stored) == "U8" and stored.endswith(".weight") and stored[:-len("weight")] + "weight_scale" in f
 
     def _check(self, name: str) -> None:
+        if name in self.parts:
+            return  # the fused tensor's shape was checked
         f, stored = self.where[name]
         shape, want = f.shape(stored), expected_shape(self.config, name)
         if self._is_packed(name):
@@ -118,9 +135,16 @@ class HFCheckpoint(Checkpoint):
     def load(self, name: str):
         if name not in self._names:
             raise self._unknown(name)
+        if name in self.parts:
+            fused, start, stop = self.parts[name]
+            f, stored = self.where[fused]
+            return np.ascontiguousarray(f.float32(stored)[start:stop])
         f, stored = self.where[name]
         if not self._is_packed(name):
-            return np.ascontiguousarray(f.float32(stored))
+            w = np.ascontiguousarray(f.float32(stored))
+            if not np.isfinite(w).all():
+                raise ValueError(f"{f.path}: tensor {stored!r} has NaN or Inf values")
+            return w
         out_features = expected_shape(self.config, name)[0]
         t = unpack_bitnet(f.raw(stored), out_features)
         ws = f.float32(stored[:-len("weight")] + "weight_scale").reshape(-1).astype(np.float64)

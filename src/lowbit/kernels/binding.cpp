@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <mutex>
 #include <shared_mutex>
@@ -360,10 +361,10 @@ void prefill_attn_task(void* p, int64_t task) {
   float* o = c.out + (i * c.heads + h) * c.hd;
   if (c.f16)
     c.ops->attn_head_f16(q, static_cast<const uint16_t*>(c.kc) + off, static_cast<const uint16_t*>(c.vc) + off, t, c.hd,
-                         scores.data(), o);
+                         scores.data(), o, 0.f);
   else
     c.ops->attn_head(q, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off, t, c.hd,
-                     scores.data(), o);
+                     scores.data(), o, 0.f);
 }
 
 void attention_prefill(nb::handle hq, nb::handle hkc, nb::handle hvc, int64_t pos, nb::handle hout) {
@@ -575,6 +576,32 @@ void bind_decoder(nb::module_& m) {
            },
            nb::arg("linears"), nb::arg("ln1"), nb::arg("ln2"), nb::arg("attn_sub").none(), nb::arg("ffn_sub").none(),
            nb::arg("kc"), nb::arg("vc"))
+      .def("set_layer_extras",
+           [](Decoder& d, size_t index, std::optional<F1> q_norm, std::optional<F1> k_norm, std::optional<F1> post_attn,
+              std::optional<F1> post_ffn, int64_t window) {
+             const DecoderShape& s = d.shape();
+             require(index < d.n_layers(), "set_layer_extras: no such layer");
+             require(!q_norm || q_norm->shape(0) == (size_t)s.hd, "q_norm must be [head_dim]");
+             require(!k_norm || k_norm->shape(0) == (size_t)s.hd, "k_norm must be [head_dim]");
+             require(!post_attn || post_attn->shape(0) == (size_t)s.hidden, "post_attn norm must be [hidden]");
+             require(!post_ffn || post_ffn->shape(0) == (size_t)s.hidden, "post_ffn norm must be [hidden]");
+             require(window >= 0, "window must be >= 0");
+             DecoderLayer& L = d.layer(index);
+             L.q_norm = q_norm ? q_norm->data() : nullptr;
+             L.k_norm = k_norm ? k_norm->data() : nullptr;
+             L.post_attn = post_attn ? post_attn->data() : nullptr;
+             L.post_ffn = post_ffn ? post_ffn->data() : nullptr;
+             L.window = window;
+           },
+           nb::arg("index"), nb::arg("q_norm").none(), nb::arg("k_norm").none(), nb::arg("post_attn").none(),
+           nb::arg("post_ffn").none(), nb::arg("window"))
+      .def("set_attention",
+           [](Decoder& d, float qscale, float softcap) {
+             require(qscale >= 0.f && softcap >= 0.f && std::isfinite(qscale) && std::isfinite(softcap),
+                     "qscale and softcap must be finite and >= 0");
+             d.set_attention(qscale, softcap);
+           },
+           nb::arg("qscale"), nb::arg("softcap"))
       .def("set_output",
            [](PyDecoder& self, nb::handle norm, nb::handle head) {
              std::vector<nb::object> keep;
@@ -654,12 +681,14 @@ void bind_decoder(nb::module_& m) {
 }
 
 namespace lowbit {
-void bind_rsr(nb::module_& m);  // rsr_binding.cpp
+void bind_rsr(nb::module_& m);       // rsr_binding.cpp
+void bind_quantize(nb::module_& m);  // quantize_binding.cpp
 }
 
 NB_MODULE(_native, m) {
   bind_decoder(m);
   bind_rsr(m);
+  bind_quantize(m);
   m.doc() = "lowbit's C++ kernels: packed low-bit GEMV/GEMM, activation quantization, thread pool";
   m.def("set_isa", &set_isa, nb::arg("name"));
   m.def("isa", [] { return selected_isa(); });

@@ -56,10 +56,12 @@ struct FloatWeights {
 struct OpsTable {
   void (*quantize_row)(const float* x, int64_t K, int64_t Kp, int64_t group, int8_t* q, float* scale, int32_t* sum);
   void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* out);
-  void (*attn_head)(const float* q, const float* K, const float* V, int64_t t, int64_t hd, float* scores, float* out);
+  // softcap > 0: scores -> softcap * tanh(scores / softcap) before the softmax (Gemma 2); 0: none
+  void (*attn_head)(const float* q, const float* K, const float* V, int64_t t, int64_t hd, float* scores, float* out,
+                    float softcap);
   void (*act_mul)(float* g, const float* u, int64_t n, int act);
   void (*attn_head_f16)(const float* q, const uint16_t* K, const uint16_t* V, int64_t t, int64_t hd, float* scores,
-                        float* out);
+                        float* out, float softcap);
   void (*f32_to_f16_row)(const float* src, uint16_t* dst, int64_t n);
 };
 

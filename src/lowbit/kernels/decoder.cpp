@@ -40,20 +40,27 @@ struct AttnCtx {
   const float* q;
   const void *kc, *vc;
   float *out, *scores;
-  int64_t t, hd, group, max_ctx;
+  int64_t start, t, hd, group, max_ctx;  // positions [start, t)
+  float softcap;
   bool f16;
   const OpsTable* ops;
 };
 
 void attn_task(void* p, int64_t h) {
   const AttnCtx& c = *static_cast<const AttnCtx*>(p);
-  const int64_t off = (h / c.group) * c.max_ctx * c.hd;
+  const int64_t off = ((h / c.group) * c.max_ctx + c.start) * c.hd, n = c.t - c.start;
   if (c.f16)
     c.ops->attn_head_f16(c.q + h * c.hd, static_cast<const uint16_t*>(c.kc) + off,
-                         static_cast<const uint16_t*>(c.vc) + off, c.t, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd);
+                         static_cast<const uint16_t*>(c.vc) + off, n, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd,
+                         c.softcap);
   else
     c.ops->attn_head(c.q + h * c.hd, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off,
-                     c.t, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd);
+                     n, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd, c.softcap);
+}
+
+// RMSNorm of each of `heads` vectors of hd in place (Qwen 3's q/k norms).
+void norm_heads(const OpsTable& ops, float* x, int64_t heads, int64_t hd, const float* w, float eps) {
+  for (int64_t i = 0; i < heads; ++i) ops.rmsnorm(x + i * hd, w, hd, eps, x + i * hd);
 }
 
 // Attention of B sequences' new tokens, task = b * heads + h; sequence b reads its slot up to pos[b].
@@ -62,7 +69,8 @@ struct BatchAttnCtx {
   const void *kc, *vc;  // slot 0 of this layer
   float* out;  // [B][heads*hd]
   const int64_t *pos, *slot;
-  int64_t heads, hd, group, max_ctx, slot_stride;
+  int64_t heads, hd, group, max_ctx, slot_stride, window;  // window > 0: the last `window` positions only
+  float softcap;
   bool f16;
   const OpsTable* ops;
 };
@@ -71,23 +79,25 @@ void batch_attn_task(void* p, int64_t task) {
   const BatchAttnCtx& c = *static_cast<const BatchAttnCtx*>(p);
   thread_local std::vector<float> scores;
   const int64_t b = task / c.heads, h = task % c.heads, t = c.pos[b] + 1;
-  if ((int64_t)scores.size() < t) scores.resize(t);
-  const int64_t off = c.slot[b] * c.slot_stride + (h / c.group) * c.max_ctx * c.hd;
+  const int64_t start = c.window > 0 && t > c.window ? t - c.window : 0, n = t - start;
+  if ((int64_t)scores.size() < n) scores.resize(n);
+  const int64_t off = c.slot[b] * c.slot_stride + ((h / c.group) * c.max_ctx + start) * c.hd;
   const float* q = c.q + (b * c.heads + h) * c.hd;
   float* o = c.out + (b * c.heads + h) * c.hd;
   if (c.f16)
-    c.ops->attn_head_f16(q, static_cast<const uint16_t*>(c.kc) + off, static_cast<const uint16_t*>(c.vc) + off, t,
-                         c.hd, scores.data(), o);
+    c.ops->attn_head_f16(q, static_cast<const uint16_t*>(c.kc) + off, static_cast<const uint16_t*>(c.vc) + off, n,
+                         c.hd, scores.data(), o, c.softcap);
   else
-    c.ops->attn_head(q, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off, t, c.hd,
-                     scores.data(), o);
+    c.ops->attn_head(q, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off, n, c.hd,
+                     scores.data(), o, c.softcap);
 }
 
 }  // namespace
 
 void Decoder::attention(const DecoderLayer& L, int64_t t) {
-  AttnCtx c{this, q_.data(), L.kc, L.vc, att_.data(), scores_.data(), t, s_.hd, s_.n_heads / s_.n_kv, s_.max_ctx,
-            s_.kv_f16, &active_kernels().ops};
+  const int64_t start = L.window > 0 && t > L.window ? t - L.window : 0;
+  AttnCtx c{this, q_.data(), L.kc, L.vc, att_.data(), scores_.data(), start, t, s_.hd, s_.n_heads / s_.n_kv,
+            s_.max_ctx, s_.softcap, s_.kv_f16, &active_kernels().ops};
   pool_run(s_.n_heads, attn_task, &c);
 }
 
@@ -96,7 +106,7 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
   const int64_t H = s_.hidden, hd = s_.hd;
   const float* C = C_ + pos * hd;
   const float* S = S_ + pos * hd;
-  const float qscale = 1.f / std::sqrt((float)hd);
+  const float qscale = s_.qscale > 0.f ? s_.qscale : 1.f / std::sqrt((float)hd);
   for (const DecoderLayer& L : layers_) {
     // attention
     ops.rmsnorm(x, L.ln1, H, s_.eps, xn_.data());
@@ -105,6 +115,8 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
       float* ys[3] = {q_.data(), k_.data(), v_.data()};
       run_linears(lins, ys, 3, xn_.data(), 1, act_);
     }
+    if (L.q_norm) norm_heads(ops, q_.data(), s_.n_heads, hd, L.q_norm, s_.eps);
+    if (L.k_norm) norm_heads(ops, k_.data(), s_.n_kv, hd, L.k_norm, s_.eps);
     rope(q_.data(), s_.n_heads, hd, C, S);
     rope(k_.data(), s_.n_kv, hd, C, S);
     for (float& v : q_) v *= qscale;
@@ -125,6 +137,7 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
       float* ys[1] = {tmp_.data()};
       run_linears(lins, ys, 1, att_.data(), 1, act_);
     }
+    if (L.post_attn) ops.rmsnorm(tmp_.data(), L.post_attn, H, s_.eps, tmp_.data());
     for (int64_t i = 0; i < H; ++i) x[i] += tmp_[i];
     // MLP
     ops.rmsnorm(x, L.ln2, H, s_.eps, xn_.data());
@@ -140,6 +153,7 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
       float* ys[1] = {tmp_.data()};
       run_linears(lins, ys, 1, g_.data(), 1, act_);
     }
+    if (L.post_ffn) ops.rmsnorm(tmp_.data(), L.post_ffn, H, s_.eps, tmp_.data());
     for (int64_t i = 0; i < H; ++i) x[i] += tmp_[i];
   }
   ops.rmsnorm(x, norm_, H, s_.eps, xn_.data());
@@ -151,7 +165,7 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
 void Decoder::decode_batch(float* x, int64_t B, const int64_t* pos, const int64_t* slot, float* logits) {
   const OpsTable& ops = active_kernels().ops;
   const int64_t H = s_.hidden, hd = s_.hd, QD = s_.n_heads * hd, KD = s_.n_kv * hd, F = s_.inter;
-  const float qscale = 1.f / std::sqrt((float)hd);
+  const float qscale = s_.qscale > 0.f ? s_.qscale : 1.f / std::sqrt((float)hd);
   bxn_.resize(B * H);
   bq_.resize(B * QD);
   bk_.resize(B * KD);
@@ -174,6 +188,8 @@ void Decoder::decode_batch(float* x, int64_t B, const int64_t* pos, const int64_
       float* q = bq_.data() + b * QD;
       float* k = bk_.data() + b * KD;
       float* v = bv_.data() + b * KD;
+      if (L.q_norm) norm_heads(ops, q, s_.n_heads, hd, L.q_norm, s_.eps);
+      if (L.k_norm) norm_heads(ops, k, s_.n_kv, hd, L.k_norm, s_.eps);
       rope(q, s_.n_heads, hd, C, S);
       rope(k, s_.n_kv, hd, C, S);
       for (int64_t i = 0; i < QD; ++i) q[i] *= qscale;
@@ -190,7 +206,7 @@ void Decoder::decode_batch(float* x, int64_t B, const int64_t* pos, const int64_
     }
     {
       BatchAttnCtx c{bq_.data(), L.kc, L.vc, batt_.data(), pos, slot, s_.n_heads, hd, s_.n_heads / s_.n_kv,
-                     s_.max_ctx, slot_stride_, s_.kv_f16, &ops};
+                     s_.max_ctx, slot_stride_, L.window, s_.softcap, s_.kv_f16, &ops};
       pool_run(B * s_.n_heads, batch_attn_task, &c);
     }
     if (L.attn_sub)
@@ -200,6 +216,8 @@ void Decoder::decode_batch(float* x, int64_t B, const int64_t* pos, const int64_
       float* ys[1] = {btmp_.data()};
       run_linears(lins, ys, 1, batt_.data(), B, act_);
     }
+    if (L.post_attn)
+      for (int64_t b = 0; b < B; ++b) ops.rmsnorm(btmp_.data() + b * H, L.post_attn, H, s_.eps, btmp_.data() + b * H);
     for (int64_t i = 0; i < B * H; ++i) x[i] += btmp_[i];
     // MLP
     for (int64_t b = 0; b < B; ++b) ops.rmsnorm(x + b * H, L.ln2, H, s_.eps, bxn_.data() + b * H);
@@ -217,6 +235,8 @@ void Decoder::decode_batch(float* x, int64_t B, const int64_t* pos, const int64_
       float* ys[1] = {btmp_.data()};
       run_linears(lins, ys, 1, bg_.data(), B, act_);
     }
+    if (L.post_ffn)
+      for (int64_t b = 0; b < B; ++b) ops.rmsnorm(btmp_.data() + b * H, L.post_ffn, H, s_.eps, btmp_.data() + b * H);
     for (int64_t i = 0; i < B * H; ++i) x[i] += btmp_[i];
   }
   for (int64_t b = 0; b < B; ++b) ops.rmsnorm(x + b * H, norm_, H, s_.eps, bxn_.data() + b * H);

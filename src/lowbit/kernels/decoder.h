@@ -19,19 +19,29 @@ struct DecoderLayer {
   const float* ffn_sub = nullptr;   // [inter] or null (BitNet)
   void* kc = nullptr;               // [kv_heads][max_ctx][hd], this layer's slice of the static cache,
   void* vc = nullptr;               // float32 or float16 (DecoderShape::kv_f16)
+  // family extras (set_layer_extras), all optional:
+  const float* q_norm = nullptr;     // [hd]: RMSNorm of every q head before RoPE (Qwen 3)
+  const float* k_norm = nullptr;     // [hd]: same for k
+  const float* post_attn = nullptr;  // [hidden]: RMSNorm of o_proj's output before the residual add (Gemma 2)
+  const float* post_ffn = nullptr;   // [hidden]: same for down_proj's output
+  int64_t window = 0;                // > 0: attend to the last `window` positions only (sliding window)
 };
 
 struct DecoderShape {
   int64_t hidden, n_heads, n_kv, hd, inter, max_ctx;
   float eps;
-  int act;      // 0 SiLU, 1 squared ReLU
+  int act;      // 0 SiLU, 1 squared ReLU, 2 GELU (tanh)
   bool kv_f16;  // the cache holds float16
+  float qscale = 0.f;   // q multiplier before q.k; 0: 1/sqrt(hd)
+  float softcap = 0.f;  // attention logit soft-cap (Gemma 2); 0: none
 };
 
 class Decoder {
  public:
   Decoder(const DecoderShape& shape, const float* rope_c, const float* rope_s);
   void add_layer(const DecoderLayer& layer) { layers_.push_back(layer); }
+  DecoderLayer& layer(size_t i) { return layers_.at(i); }
+  void set_attention(float qscale, float softcap) { s_.qscale = qscale; s_.softcap = softcap; }
   void set_output(const float* norm, const LinearRef& head) { norm_ = norm; head_ = head; }
   // x: [hidden] embedding of the token at `pos` (overwritten: the residual stream); logits: [vocab].
   void decode(float* x, int64_t pos, float* logits);
@@ -49,7 +59,7 @@ class Decoder {
   size_t n_layers() const { return layers_.size(); }
 
  private:
-  void attention(const DecoderLayer& L, int64_t t);
+  void attention(const DecoderLayer& L, int64_t t);  // over positions [t - window, t) (or [0, t))
 
   DecoderShape s_;
   const float* C_;  // RoPE [max_ctx][hd]: x*C + swap_halves(x)*S

@@ -383,7 +383,7 @@ void quantize_row_avx512(const float* x, int64_t K, int64_t Kp, int64_t group, i
 
 // Decode attention of one head over a float16 cache, widened in registers (vcvtph2ps) as it is read.
 void attn_head_f16_avx512(const float* q, const uint16_t* K, const uint16_t* V, int64_t t, int64_t hd,
-                          float* scores, float* out) {
+                          float* scores, float* out, float softcap) {
   const int64_t nv = (hd + 15) / 16;  // hd <= 512: at most 32 vectors
   __m512 qv[32], ov[32];
   __mmask16 mk[32];
@@ -399,7 +399,7 @@ void attn_head_f16_avx512(const float* q, const uint16_t* K, const uint16_t* V, 
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < nv; ++i)
       acc = _mm512_fmadd_ps(qv[i], _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[i], kr + 16 * i)), acc);
-    const float s = _mm512_reduce_add_ps(acc);
+    const float s = ops_avx512::softcap_score(_mm512_reduce_add_ps(acc), softcap);
     scores[j] = s;
     mx = std::max(mx, s);
   }

@@ -37,7 +37,13 @@ class BatchDecoder:
         if native if native is not None else model.native_decode:
             from lowbit.model.native import NativeDecoder
 
-            self._native = NativeDecoder.build(model, slots=self.cache)
+            built = NativeDecoder.build(model, slots=self.cache)
+            if isinstance(built, str):
+                import warnings
+
+                warnings.warn(f"{built}: batched decoding in numpy (slower)", stacklevel=2)
+            else:
+                self._native = built
 
     @property
     def n_slots(self) -> int:
@@ -98,8 +104,8 @@ class BatchDecoder:
         if self._native is None:
             return self.decode_python(tokens, slots)
         tokens, slots, pos = self._positions(tokens, slots)
-        x = self.model.embed(tokens)  # [B, hidden]
-        logits = self._native.decode_batch(x, pos, np.array(slots, np.int64))
+        x = self.model.embed_ids(tokens)  # [B, hidden]
+        logits = self.model.cap_logits(self._native.decode_batch(x, pos, np.array(slots, np.int64)))
         self._advance(tokens, slots)
         return logits
 
@@ -108,7 +114,7 @@ class BatchDecoder:
         tokens, slots, pos = self._positions(tokens, slots)
         m = self.model
         B = len(tokens)
-        x = m.embed(tokens)  # [B, hidden]
+        x = m.embed_ids(tokens)  # [B, hidden]
         C, S = m.rope.C[pos][:, None, :], m.rope.S[pos][:, None, :]  # [B, 1, hd]
         with single_threaded_blas():
             for li, blk in enumerate(m.layers):
@@ -116,6 +122,9 @@ class BatchDecoder:
                 q = q.reshape(B, blk.n_heads, blk.hd)
                 k = k.reshape(B, blk.n_kv, blk.hd)
                 v = v.reshape(B, blk.n_kv, blk.hd)
+                if blk.q_norm is not None:  # Qwen 3
+                    q = rms_norm(q.reshape(-1, blk.hd), blk.q_norm, blk.eps).reshape(B, blk.n_heads, blk.hd)
+                    k = rms_norm(k.reshape(-1, blk.hd), blk.k_norm, blk.eps).reshape(B, blk.n_kv, blk.hd)
                 qk = m.rope.apply(np.concatenate((q, k), axis=1), C, S)  # [B, heads+kv, hd]
                 q = qk[:, :blk.n_heads] * blk.scale
                 k = qk[:, blk.n_heads:]
@@ -124,10 +133,11 @@ class BatchDecoder:
                     kc, vc = self.cache.k[li, s], self.cache.v[li, s]  # [kv, max_ctx, hd]
                     kc[:, p] = k[b]
                     vc[:, p] = v[b]
-                    kt, vt = kc[:, :p + 1].astype(np.float32), vc[:, :p + 1].astype(np.float32)
-                    sc = np.matmul(q[b].reshape(blk.n_kv, blk.group, blk.hd), kt.transpose(0, 2, 1))  # [kv, g, t]
+                    t0 = p + 1 - blk.window if blk.window is not None and p + 1 > blk.window else 0  # sliding window
+                    kt, vt = kc[:, t0:p + 1].astype(np.float32), vc[:, t0:p + 1].astype(np.float32)
+                    sc = blk._cap_(np.matmul(q[b].reshape(blk.n_kv, blk.group, blk.hd), kt.transpose(0, 2, 1)))  # [kv, g, t]
                     o[b] = np.matmul(_softmax_(sc), vt).reshape(-1)  # [kv, g, hd]
                 x = blk._out(x, o)
                 x = blk._mlp(x)
         self._advance(tokens, slots)
-        return m.lm_head(rms_norm(x, m.norm, m.args.rms_norm_eps))
+        return m.cap_logits(m.lm_head(rms_norm(x, m.norm, m.args.rms_norm_eps)))

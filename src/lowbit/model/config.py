@@ -14,9 +14,13 @@ from typing import Any
 # HF model_type -> architecture module under lowbit.model (SmolLM2, Falcon3 and Llama 3 are "llama").
 ARCH_ALIASES = {
     "llama": "llama",
-    "mistral": "llama",
     "mobilellm": "llama",
     "bitnet": "bitnet",
+    "mistral": "mistral",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "phi3": "phi3",
+    "gemma2": "gemma2",
 }
 
 
@@ -87,3 +91,89 @@ class ModelArgs:
         if e is None:
             return set()
         return {int(e)} if isinstance(e, int) else {int(i) for i in e}
+
+
+# ---- what the runtime implements --------------------------------------------------------------------
+# Every config key that changes a decoder's math, with a test for "this value asks for something". An
+# architecture module declares the features it implements (Model.features); check_supported() refuses a
+# config that asks for any other one, naming the key, so nothing is silently dropped. The one list.
+
+def _rope_params(cfg: dict) -> dict:
+    """rope_scaling (transformers 4) or rope_parameters (transformers 5), as one dict."""
+    rp = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    return rp if isinstance(rp, dict) else {}
+
+
+def _rope_type(cfg: dict) -> str:
+    rp = _rope_params(cfg)
+    return str(rp.get("rope_type", rp.get("type", "default")) or "default")
+
+
+def _partial_rotary(cfg: dict) -> float:
+    v = cfg.get("partial_rotary_factor", _rope_params(cfg).get("partial_rotary_factor", 1.0))
+    return 1.0 if v is None else float(v)
+
+
+def sliding_window_active(cfg: dict) -> bool:
+    """The config asks for sliding-window attention in some layer."""
+    if cfg.get("sliding_window") in (None, 0) or cfg.get("use_sliding_window", True) is False:
+        return False
+    types = cfg.get("layer_types")
+    return not isinstance(types, list) or "sliding_attention" in types
+
+
+def _non_neutral(key: str, neutral=(None,)):
+    return lambda cfg: key in cfg and cfg[key] not in neutral
+
+
+FEATURES: dict[str, tuple[str, object]] = {
+    # feature: (the config key(s) it reads, cfg -> True when the config asks for it)
+    "attention_bias": ("attention_bias", lambda c: bool(c.get("attention_bias"))),
+    "mlp_bias": ("mlp_bias", lambda c: bool(c.get("mlp_bias"))),
+    "sliding_window": ("sliding_window / use_sliding_window / layer_types", sliding_window_active),
+    "qk_norm": ("use_qk_norm / qk_layernorm / qk_norm",
+                lambda c: any(bool(c.get(k)) for k in ("use_qk_norm", "qk_layernorm", "qk_norm"))),
+    "partial_rotary": ("partial_rotary_factor", lambda c: _partial_rotary(c) != 1.0),
+    "attn_logit_softcapping": ("attn_logit_softcapping", _non_neutral("attn_logit_softcapping", (None, 0, 0.0))),
+    "final_logit_softcapping": ("final_logit_softcapping", _non_neutral("final_logit_softcapping", (None, 0, 0.0))),
+    "query_pre_attn_scalar": ("query_pre_attn_scalar", lambda c: c.get("query_pre_attn_scalar") is not None),
+    "per_layer_heads": ("num_attention_heads / num_key_value_heads / head_dim / intermediate_size as lists",
+                        lambda c: any(isinstance(c.get(k), (list, tuple)) for k in
+                                      ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size"))),
+    "mixture_of_experts": ("num_local_experts / num_experts / n_routed_experts",
+                           lambda c: any((c.get(k) or 0) > 0 for k in ("num_local_experts", "num_experts", "n_routed_experts")
+                                         if isinstance(c.get(k) or 0, (int, float)))),
+    "bidirectional_attention": ("use_bidirectional_attention", lambda c: bool(c.get("use_bidirectional_attention"))),
+    "logit_and_residual_multipliers": ("embedding_multiplier / logits_scaling / residual_multiplier / attention_multiplier",
+                                       lambda c: any(c.get(k) not in (None, 1, 1.0) for k in
+                                                     ("embedding_multiplier", "logits_scaling", "residual_multiplier",
+                                                      "attention_multiplier"))),
+}
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def check_supported(cfg: dict, where="config") -> None:
+    """Raises ValueError naming every config key that asks for something this model_type's runtime does not
+    implement (unknown rope type, sliding window, q/k norms, partial rotary, soft-capping, per-layer sizes...)."""
+    from lowbit.model import get_model_class
+
+    cls = get_model_class(str(cfg.get("model_type", "")).lower())
+    problems = []
+    for feature, (keys, asks) in FEATURES.items():
+        try:
+            active = asks(cfg)
+        except (TypeError, ValueError):
+            problems.append(f"{keys} has an unreadable value")
+            continue
+        if active and feature not in cls.features:
+            problems.append(f"{keys} ({feature})")
+    rope = _rope_type(cfg)
+    if rope not in cls.rope_types:
+        problems.append(f"rope_scaling.rope_type={rope!r} (supported for {cfg.get('model_type')}: "
+                        f"{', '.join(cls.rope_types)})")
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and any(t not in LAYER_TYPES for t in types):
+        problems.append(f"layer_types {sorted(set(types) - set(LAYER_TYPES))}")
+    if problems:
+        raise ValueError(f"{where}: model_type {cfg.get('model_type')!r} asks for what lowbit does not implement: "
+                         + "; ".join(problems))

@@ -10,32 +10,29 @@ import numpy as np
 from lowbit.model.config import ModelArgs
 
 
+# the order dummy_weights draws a layer's tensors in (kept, so that a seed gives the same weights as before
+# the architecture modules listed their tensors; tests of numerically sensitive formats depend on them)
+DRAW_ORDER = ("input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
+              "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight", "mlp.gate_proj.weight",
+              "mlp.up_proj.weight", "mlp.down_proj.weight", "self_attn.attn_sub_norm.weight", "mlp.ffn_sub_norm.weight")
+
+
 def weight_shapes(config: dict | ModelArgs) -> dict[str, tuple[int, ...]]:
-    """HF tensor name -> shape for a llama-family config (bitnet adds its sub-norms)."""
+    """HF tensor name -> shape for a config, as its architecture module lists them (Model.tensor_shapes),
+    each layer's tensors in DRAW_ORDER (then the family's others)."""
+    from lowbit.model import get_model_class
+
     a = config if isinstance(config, ModelArgs) else ModelArgs.from_config(config)
-    d, f, hd = a.hidden_size, a.intermediate_size, a.head_dim
-    qd, kvd = a.num_attention_heads * hd, a.num_key_value_heads * hd
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (a.vocab_size, d)}
-    for i in range(a.num_hidden_layers):
-        p = f"model.layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (d,),
-            p + "post_attention_layernorm.weight": (d,),
-            p + "self_attn.q_proj.weight": (qd, d),
-            p + "self_attn.k_proj.weight": (kvd, d),
-            p + "self_attn.v_proj.weight": (kvd, d),
-            p + "self_attn.o_proj.weight": (d, qd),
-            p + "mlp.gate_proj.weight": (f, d),
-            p + "mlp.up_proj.weight": (f, d),
-            p + "mlp.down_proj.weight": (d, f),
-        })
-        if a.arch == "bitnet":
-            shapes[p + "self_attn.attn_sub_norm.weight"] = (qd,)
-            shapes[p + "mlp.ffn_sub_norm.weight"] = (f,)
-    shapes["model.norm.weight"] = (d,)
-    if not a.tie_word_embeddings:
-        shapes["lm_head.weight"] = (a.vocab_size, d)
-    return shapes
+    shapes = get_model_class(a.model_type).tensor_shapes(a)
+
+    def key(item):
+        name = item[0]
+        if not name.startswith("model.layers."):
+            return (0 if name == "model.embed_tokens.weight" else 2, 0, 0)
+        _, _, i, suffix = name.split(".", 3)
+        return (1, int(i), DRAW_ORDER.index(suffix) if suffix in DRAW_ORDER else len(DRAW_ORDER))
+
+    return dict(sorted(shapes.items(), key=key))
 
 
 def dummy_weights(config: dict | ModelArgs, seed: int = 0, std: float = 0.05) -> dict[str, np.ndarray]:
@@ -43,7 +40,9 @@ def dummy_weights(config: dict | ModelArgs, seed: int = 0, std: float = 0.05) ->
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in weight_shapes(config).items():
-        if len(shape) == 1:
+        if name.endswith(".bias"):
+            out[name] = (std * rng.standard_normal(shape)).astype(np.float32)
+        elif len(shape) == 1:
             out[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
         else:
             out[name] = (std * rng.standard_normal(shape)).astype(np.float32)

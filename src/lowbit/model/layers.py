@@ -105,7 +105,21 @@ def relu2(x: np.ndarray) -> np.ndarray:
     return np.square(x, out=x)
 
 
-ACTIVATIONS = {"silu": silu, "swish": silu, "relu2": relu2}
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (Gemma's gelu_pytorch_tanh): x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))."""
+    t = x * x
+    t *= np.float32(0.044715)
+    t += 1.0
+    t *= x
+    t *= np.float32(math.sqrt(2.0 / math.pi))
+    np.tanh(t, out=t)
+    t += 1.0
+    t *= x
+    t *= 0.5
+    return t
+
+
+ACTIVATIONS = {"silu": silu, "swish": silu, "relu2": relu2, "gelu_pytorch_tanh": gelu_tanh, "gelu_tanh": gelu_tanh}
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None, freq_factors=None) -> np.ndarray:
@@ -135,7 +149,13 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None, freq_factor
         smoothed = (1 - smooth) * out / factor + smooth * out
         medium = ~(wavelen < hi_wl) & ~(wavelen > lo_wl)
         return np.where(medium, smoothed, out).astype(np.float32)
-    raise ValueError(f"rope scaling type {kind!r} is not supported (default, linear, llama3 are)")
+    if kind in ("longrope", "su"):  # Phi-3: per-frequency divisors; the caller picks short or long factors
+        factors = np.asarray(scaling["factors"], np.float32)
+        if factors.shape != inv.shape:
+            raise ValueError(f"longrope factors have {factors.size} values; head_dim {head_dim} needs {inv.size}")
+        base = np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / head_dim)
+        return (1.0 / (factors * base)).astype(np.float32)
+    raise ValueError(f"rope scaling type {kind!r} is not supported (default, linear, llama3, longrope are)")
 
 
 class Rope:
@@ -145,10 +165,13 @@ class Rope:
     C = [cos, cos] and S = [-sin, sin]; C, S: float32 [max_ctx, head_dim], precomputed once.
     """
 
-    def __init__(self, head_dim: int, max_ctx: int, theta: float, scaling: dict | None = None, freq_factors=None):
+    def __init__(self, head_dim: int, max_ctx: int, theta: float, scaling: dict | None = None, freq_factors=None,
+                 attention_factor: float = 1.0):
         inv = rope_inv_freq(head_dim, theta, scaling, freq_factors)
         freqs = np.outer(np.arange(max_ctx, dtype=np.float32), inv).astype(np.float32)  # [max_ctx, hd/2]
         cos, sin = np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
+        if attention_factor != 1.0:  # longrope scales cos and sin (HF's attention_scaling)
+            cos, sin = cos * np.float32(attention_factor), sin * np.float32(attention_factor)
         self.C = np.concatenate([cos, cos], axis=1)  # [max_ctx, hd]
         self.S = np.concatenate([-sin, sin], axis=1)  # [max_ctx, hd]
         self.half = head_dim // 2
@@ -167,4 +190,5 @@ class Rope:
         return out
 
 
-__all__ = ["ACTIVATIONS", "Activations", "Embedding", "Linear", "Rope", "as_packed", "relu2", "rms_norm", "silu"]
+__all__ = ["ACTIVATIONS", "Activations", "Embedding", "Linear", "Rope", "as_packed", "gelu_tanh", "relu2", "rms_norm",
+           "silu"]

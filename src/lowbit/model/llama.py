@@ -20,7 +20,7 @@ import numpy as np
 from lowbit import _native
 from lowbit._runtime import single_threaded_blas
 from lowbit.formats import Activations, PackedWeight, matmul_many
-from lowbit.model.config import ModelArgs
+from lowbit.model.config import ModelArgs, check_supported, sliding_window_active
 from lowbit.model.kv_cache import KVCache
 from lowbit.model.layers import ACTIVATIONS, Embedding, Linear, Rope, as_packed, rms_norm
 
@@ -56,11 +56,22 @@ class Block:
         self.group = self.n_heads // self.n_kv
         self.eps = a.rms_norm_eps
         self.rope = model.rope
-        self.scale = np.float32(1.0 / np.sqrt(self.hd))
+        self.scale = np.float32(model.attn_scale)  # 1/sqrt(head_dim) unless the family says otherwise
+        self.softcap = model.attn_softcap  # None, or c: scores -> c * tanh(scores / c) (Gemma 2)
+        self.window = model.layer_window(i)  # None, or attend to the last `window` positions (self included)
         self.act = model.act
         lin = model.linear
-        self.ln1 = model.norm_weight(get(p + "input_layernorm.weight"))  # [hidden]
-        self.ln2 = model.norm_weight(get(p + "post_attention_layernorm.weight"))  # [hidden]
+        norms = model.norm_names  # role -> tensor name: ln1, ln2 (pre-attention, pre-MLP), post_attn, post_ffn
+        self.ln1 = model.rms_weight(get(p + norms["ln1"] + ".weight"))  # [hidden]
+        self.ln2 = model.rms_weight(get(p + norms["ln2"] + ".weight"))  # [hidden]
+        self.post_attn = self.post_ffn = None  # Gemma 2: RMSNorm on the attention / MLP output before the residual add
+        if "post_attn" in norms:
+            self.post_attn = model.rms_weight(get(p + norms["post_attn"] + ".weight"))  # [hidden]
+            self.post_ffn = model.rms_weight(get(p + norms["post_ffn"] + ".weight"))  # [hidden]
+        self.q_norm = self.k_norm = None  # Qwen 3: RMSNorm over each head's q and k before RoPE
+        if model.qk_norm:
+            self.q_norm = model.rms_weight(get(p + "self_attn.q_norm.weight"))  # [hd]
+            self.k_norm = model.rms_weight(get(p + "self_attn.k_norm.weight"))  # [hd]
         self.q = lin(p + "self_attn.q_proj")  # [heads*hd, hidden]
         self.k = lin(p + "self_attn.k_proj")  # [kv_heads*hd, hidden]
         self.v = lin(p + "self_attn.v_proj")  # [kv_heads*hd, hidden]
@@ -72,8 +83,8 @@ class Block:
         self.gate_up = (self.gate, self.up)
         self.attn_sub = self.ffn_sub = None
         if model.sub_norms:
-            self.attn_sub = model.norm_weight(get(p + "self_attn.attn_sub_norm.weight"))  # [heads*hd]
-            self.ffn_sub = model.norm_weight(get(p + "mlp.ffn_sub_norm.weight"))  # [inter]
+            self.attn_sub = model.rms_weight(get(p + "self_attn.attn_sub_norm.weight"))  # [heads*hd]
+            self.ffn_sub = model.rms_weight(get(p + "mlp.ffn_sub_norm.weight"))  # [inter]
         self.kc = model.cache.k[i]  # [kv_heads, max_ctx, hd], a view of the static cache
         self.vc = model.cache.v[i]
 
@@ -84,7 +95,8 @@ class Block:
         g *= u
         if self.ffn_sub is not None:
             g = rms_norm(g, self.ffn_sub, self.eps)
-        x += self.down(g)
+        y = self.down(g)
+        x += y if self.post_ffn is None else rms_norm(y, self.post_ffn, self.eps)
         return x
 
     def _qkv(self, x: np.ndarray, pos: int):
@@ -94,6 +106,9 @@ class Block:
         q = q.reshape(n, self.n_heads, self.hd)
         k = k.reshape(n, self.n_kv, self.hd)
         v = v.reshape(n, self.n_kv, self.hd)
+        if self.q_norm is not None:
+            q = rms_norm(q.reshape(-1, self.hd), self.q_norm, self.eps).reshape(n, self.n_heads, self.hd)
+            k = rms_norm(k.reshape(-1, self.hd), self.k_norm, self.eps).reshape(n, self.n_kv, self.hd)
         qk = self.rope.apply(np.concatenate((q, k), axis=1), *self.rope.tables(pos, n))  # [n, heads+kv, hd]
         q = qk[:, :self.n_heads]
         q *= self.scale
@@ -103,8 +118,17 @@ class Block:
         """o: [n, heads*hd] attention output -> x += o_proj(o)."""
         if self.attn_sub is not None:
             o = rms_norm(o, self.attn_sub, self.eps)
-        x += self.o(o)
+        y = self.o(o)
+        x += y if self.post_attn is None else rms_norm(y, self.post_attn, self.eps)
         return x
+
+    def _cap_(self, s: np.ndarray) -> np.ndarray:
+        """Attention logit soft-capping in place (Gemma 2): s -> c * tanh(s / c)."""
+        if self.softcap is not None:
+            s *= np.float32(1.0 / self.softcap)
+            np.tanh(s, out=s)
+            s *= np.float32(self.softcap)
+        return s
 
     def _kv(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """The filled cache, float32 [kv_heads, t, hd] each (a float16 cache is widened once: numpy's
@@ -122,7 +146,9 @@ class Block:
         t = pos + 1
         qg = q.reshape(self.n_kv, self.group, self.hd)  # [kv, g, hd]
         kc, vc = self._kv(t)
-        s = np.matmul(qg, kc.transpose(0, 2, 1))  # [kv, g, t]
+        if self.window is not None and t > self.window:  # sliding window: the last `window` positions
+            kc, vc = kc[:, t - self.window:], vc[:, t - self.window:]
+        s = self._cap_(np.matmul(qg, kc.transpose(0, 2, 1)))  # [kv, g, t]
         o = np.matmul(_softmax_(s), vc)  # [kv, g, hd]
         x = self._out(x, o.reshape(1, self.n_heads * self.hd))
         return self._mlp(x)
@@ -138,6 +164,8 @@ class Block:
     def prefill(self, x: np.ndarray, pos: int) -> np.ndarray:
         """x: [n, hidden] at positions pos..pos+n-1 -> [n, hidden] (causal over the cache and the new rows)."""
         n = x.shape[0]
+        if self.softcap is not None or (self.window is not None and pos + n > self.window):
+            return self.prefill_numpy(x, pos)  # the native prefill attention has no soft-cap or window mask
         q = self._qkv_cached(x, pos)
         o = np.empty((n, self.n_heads * self.hd), np.float32)  # causal attention, heads x tokens on the pool
         kc, vc = (self.kc, self.vc) if self.kc.dtype == np.float32 else (self.kc.view(np.uint16), self.vc.view(np.uint16))
@@ -151,9 +179,11 @@ class Block:
         q = self._qkv_cached(x, pos)
         t = pos + n
         mask = np.triu(np.full((n, t), -np.inf, np.float32), k=pos + 1)  # [n, t]: causal
+        if self.window is not None:  # query pos+i sees keys j with pos+i - j < window
+            mask += np.tril(np.full((n, t), -np.inf, np.float32), k=pos - self.window)
         qg = q.reshape(n, self.n_kv, self.group, self.hd).transpose(1, 2, 0, 3)  # [kv, g, n, hd]
         kc, vc = self._kv(t)
-        s = np.matmul(qg, kc[:, None].transpose(0, 1, 3, 2))  # [kv, g, n, t]
+        s = self._cap_(np.matmul(qg, kc[:, None].transpose(0, 1, 3, 2)))  # [kv, g, n, t]
         s += mask
         o = np.matmul(_softmax_(s), vc[:, None])  # [kv, g, n, hd]
         x = self._out(x, o.transpose(2, 0, 1, 3).reshape(n, self.n_heads * self.hd))
@@ -168,18 +198,30 @@ class Model:
     """
 
     sub_norms = False  # BitNet: RMSNorm before o_proj and before down_proj
+    qk_norm = False  # Qwen 3: per-head RMSNorm on q and k
+    norm_names = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}  # per-layer norms by role
+    # what this architecture implements, checked against the config by config.check_supported (the one list)
+    features = frozenset({"attention_bias", "mlp_bias"})
+    rope_types = ("default", "linear", "llama3")
+    embed_scale: float | None = None  # Gemma 2: embeddings times sqrt(hidden)
+    final_softcap: float | None = None  # Gemma 2: logits -> c * tanh(logits / c)
+    attn_softcap: float | None = None
 
     def __init__(self, args: ModelArgs, weights: Mapping[str, object], tokenizer=None,
                  max_context: int | None = None, format: str | None = None, native_decode: bool | None = None,
                  **quant_options):
         self.args = args
+        check_supported({**args.extra, "model_type": args.model_type}, "config")
         self.tokenizer = tokenizer
         self._format, self._qopts = format, quant_options
+        self.attn_scale = self.attention_scale()  # q is multiplied by it before q.k
         if args.hidden_act not in ACTIVATIONS:
             raise ValueError(f"hidden_act {args.hidden_act!r} is not supported ({', '.join(ACTIVATIONS)})")
         self.act = ACTIVATIONS[args.hidden_act]
         weights = self.sanitize(dict(weights))
         self._weights = weights
+        self._used: set[str] = set()
+        self._expected = set(self.tensor_shapes(args))  # what this architecture and config read
         self.max_context = int(max_context or min(args.max_position_embeddings, DEFAULT_MAX_CONTEXT))
         # float16 K/V for quantized models (half the bytes attention reads); float32 on the f32 reference path
         q0 = weights.get("model.layers.0.self_attn.q_proj.weight")
@@ -187,10 +229,10 @@ class Model:
         kv_dtype = np.float32 if q_format == "f32" else np.float16
         self.cache = KVCache(args.num_hidden_layers, args.num_key_value_heads, args.head_dim, self.max_context,
                              kv_dtype)
-        self.rope = Rope(args.head_dim, self.max_context, args.rope_theta, args.rope_scaling, args.rope_freq_factors)
+        self.rope = self.make_rope()
         self.embed = Embedding(self._get("model.embed_tokens.weight"))  # [vocab, hidden]
         self.layers = [Block(self, i, self._get) for i in range(args.num_hidden_layers)]
-        self.norm = self.norm_weight(self._get("model.norm.weight"))  # [hidden]
+        self.norm = self.rms_weight(self._get("model.norm.weight"))  # [hidden]
         self.tied = "lm_head.weight" not in weights
         if not self.tied:
             self.lm_head = self.linear("lm_head")  # [vocab, hidden]
@@ -198,6 +240,10 @@ class Model:
             self.lm_head = self.embed.as_linear()  # shares the table's memory
         else:
             raise KeyError("lm_head.weight is missing and the config does not tie word embeddings")
+        unused = sorted(set(weights) - self._used - ({"lm_head.weight"} if self.tied else set()))
+        if unused:  # never drop a tensor silently (a bias, a norm the architecture does not have)
+            raise ValueError(f"model_type {args.model_type!r} does not use {len(unused)} of the given tensors, "
+                             f"e.g. {unused[:3]}")
         del self._weights  # the layers hold what they need
         # native_decode: run decode() as one C++ call (built on first use); LOWBIT_NATIVE_DECODE=0 turns it off
         self.native_decode = native_decode if native_decode is not None else os.environ.get("LOWBIT_NATIVE_DECODE", "1") != "0"
@@ -215,9 +261,76 @@ class Model:
         """
         from lowbit.model import get_model_class
 
+        if not isinstance(config, ModelArgs):
+            check_supported(config, "config")  # before ModelArgs, which cannot hold some of what it refuses
         args = config if isinstance(config, ModelArgs) else ModelArgs.from_config(config)
         return get_model_class(args.model_type)(args, weights, tokenizer=tokenizer, max_context=max_context,
                                                 format=format, native_decode=native_decode, **quant_options)
+
+    def attention_scale(self) -> float:
+        return 1.0 / float(np.sqrt(self.args.head_dim))
+
+    def make_rope(self) -> Rope:
+        a = self.args
+        return Rope(a.head_dim, self.max_context, a.rope_theta, a.rope_scaling, a.rope_freq_factors)
+
+    def layer_window(self, i: int) -> int | None:
+        """Layer i's sliding window (it attends to the last `window` positions), or None for full attention.
+
+        A window at least as long as the context this model runs changes nothing and is dropped."""
+        cfg = self.args.extra
+        if not sliding_window_active(cfg):
+            return None
+        types = cfg.get("layer_types") or self.default_layer_types()
+        if types[i] != "sliding_attention":
+            return None
+        w = int(cfg["sliding_window"])
+        return w if w < self.max_context else None
+
+    def default_layer_types(self) -> list[str]:
+        """Layer kinds when the config has no layer_types (transformers 4 configs): every layer sliding."""
+        return ["sliding_attention"] * self.args.num_hidden_layers
+
+    @classmethod
+    def attn_biases(cls, a: ModelArgs) -> tuple[str, ...]:
+        """The attention projections that carry a bias."""
+        return ("q_proj", "k_proj", "v_proj", "o_proj") if a.attention_bias else ()
+
+    @classmethod
+    def layer_shapes(cls, a: ModelArgs) -> dict[str, tuple[int, ...]]:
+        """Tensor name inside a decoder layer -> shape, in checkpoint order (the one description of a layer)."""
+        d, f, hd = a.hidden_size, a.intermediate_size, a.head_dim
+        qd, kvd = a.num_attention_heads * hd, a.num_key_value_heads * hd
+        rows = {"q_proj": qd, "k_proj": kvd, "v_proj": kvd, "o_proj": d, "gate_proj": f, "up_proj": f, "down_proj": d}
+        s: dict[str, tuple[int, ...]] = {cls.norm_names["ln1"] + ".weight": (d,)}
+        s.update({"self_attn.q_proj.weight": (qd, d), "self_attn.k_proj.weight": (kvd, d),
+                  "self_attn.v_proj.weight": (kvd, d), "self_attn.o_proj.weight": (d, qd)})
+        s.update({f"self_attn.{n}.bias": (rows[n],) for n in cls.attn_biases(a)})
+        if cls.qk_norm:
+            s.update({"self_attn.q_norm.weight": (hd,), "self_attn.k_norm.weight": (hd,)})
+        if cls.sub_norms:
+            s["self_attn.attn_sub_norm.weight"] = (qd,)
+        for role in ("post_attn", "ln2", "post_ffn"):
+            if role in cls.norm_names:
+                s[cls.norm_names[role] + ".weight"] = (d,)
+        s.update({"mlp.gate_proj.weight": (f, d), "mlp.up_proj.weight": (f, d), "mlp.down_proj.weight": (d, f)})
+        if a.mlp_bias:
+            s.update({f"mlp.{n}.bias": (rows[n],) for n in ("gate_proj", "up_proj", "down_proj")})
+        if cls.sub_norms:
+            s["mlp.ffn_sub_norm.weight"] = (f,)
+        return s
+
+    @classmethod
+    def tensor_shapes(cls, a: ModelArgs) -> dict[str, tuple[int, ...]]:
+        """Every tensor of the model (HF names) -> shape, in checkpoint order; lm_head only when untied."""
+        out: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (a.vocab_size, a.hidden_size)}
+        layer = cls.layer_shapes(a)
+        for i in range(a.num_hidden_layers):
+            out.update({f"model.layers.{i}.{k}": v for k, v in layer.items()})
+        out["model.norm.weight"] = (a.hidden_size,)
+        if not a.tie_word_embeddings:
+            out["lm_head.weight"] = (a.vocab_size, a.hidden_size)
+        return out
 
     @classmethod
     def sanitize(cls, weights: dict) -> dict:
@@ -225,6 +338,7 @@ class Model:
         return {k: v for k, v in weights.items() if not k.endswith("rotary_emb.inv_freq")}
 
     def _get(self, name: str):
+        self._used.add(name)
         try:
             return self._weights[name]
         except KeyError:
@@ -232,14 +346,34 @@ class Model:
 
     def linear(self, prefix: str) -> Linear:
         w = as_packed(self._get(prefix + ".weight"), self._format, **self._qopts)
-        b = self._weights.get(prefix + ".bias")
+        b = self._get(prefix + ".bias") if prefix + ".bias" in self._expected else None
         return Linear(w, None if b is None else self.norm_weight(b))
 
     @staticmethod
     def norm_weight(w) -> np.ndarray:
+        """A norm weight or bias as float32 [n]."""
         if isinstance(w, PackedWeight):
             w = w.dequantize()
         return np.ascontiguousarray(np.asarray(w, np.float32).reshape(-1))
+
+    def rms_weight(self, w) -> np.ndarray:
+        """An RMSNorm's multiplier as the runtime applies it (Gemma 2 overrides: 1 + w)."""
+        return self.norm_weight(w)
+
+    def embed_ids(self, ids) -> np.ndarray:
+        """ids: int [n] -> float32 [n, hidden], scaled where the family scales embeddings."""
+        x = self.embed(ids)
+        if self.embed_scale is not None:
+            x *= np.float32(self.embed_scale)
+        return x
+
+    def cap_logits(self, logits: np.ndarray) -> np.ndarray:
+        """Final logit soft-capping in place where the family has it: logits -> c * tanh(logits / c)."""
+        if self.final_softcap is not None:
+            logits *= np.float32(1.0 / self.final_softcap)
+            np.tanh(logits, out=logits)
+            logits *= np.float32(self.final_softcap)
+        return logits
 
     # ---- running ---------------------------------------------------------------------------
     def reset(self) -> None:
@@ -262,16 +396,16 @@ class Model:
                 part = ids[s:s + chunk]
                 h = self._forward(part)  # [m, hidden], final-normed
                 if all_logits:
-                    outs.append(self.lm_head(h))
+                    outs.append(self.cap_logits(self.lm_head(h)))
                 elif s + chunk >= n:
-                    outs.append(self.lm_head(h[-1:])[0])
+                    outs.append(self.cap_logits(self.lm_head(h[-1:])[0]))
         return np.concatenate(outs, axis=0) if all_logits else outs[-1]
 
     def _forward(self, ids: list[int]) -> np.ndarray:
         """ids: [m] at positions length.. -> normed hidden [m, hidden]; appends to the cache."""
         c = self.cache
         pos, m = c.length, len(ids)
-        x = self.embed(ids)  # [m, hidden]
+        x = self.embed_ids(ids)  # [m, hidden]
         for blk in self.layers:
             x = blk.prefill(x, pos)
         c.length += m
@@ -291,7 +425,7 @@ class Model:
         nat = self._native_decoder()
         if nat is None:
             return self.decode_python(token)
-        logits = nat.decode(self.embed([token])[0], pos)  # embedding [hidden] -> [vocab]
+        logits = self.cap_logits(nat.decode(self.embed_ids([token])[0], pos))  # embedding [hidden] -> [vocab]
         c.length = pos + 1
         c.tokens.append(int(token))
         return logits
@@ -301,12 +435,12 @@ class Model:
         c = self.cache
         pos = c.length
         c.check_room(1)
-        x = self.embed([token])  # [1, hidden]
+        x = self.embed_ids([token])  # [1, hidden]
         for blk in self.layers:
             x = blk.decode(x, pos)
         c.length = pos + 1
         c.tokens.append(int(token))
-        return self.lm_head(rms_norm(x, self.norm, self.args.rms_norm_eps))[0]
+        return self.cap_logits(self.lm_head(rms_norm(x, self.norm, self.args.rms_norm_eps))[0])
 
     def _native_decoder(self):
         if not self.native_decode:
@@ -314,9 +448,10 @@ class Model:
         if self._native is None:
             from lowbit.model.native import NativeDecoder
 
-            self._native = NativeDecoder.build(self) or False
+            built = NativeDecoder.build(self)
+            self._native = built if not isinstance(built, str) else False
             if self._native is False:
-                warnings.warn("a weight format has no native decode step: decoding in numpy (slower)", stacklevel=3)
+                warnings.warn(f"{built}: decoding in numpy (slower)", stacklevel=3)
         return self._native or None
 
     def logits(self, ids) -> np.ndarray:
@@ -347,7 +482,8 @@ class Model:
         n = v * d + self.norm.size
         for blk in self.layers:
             n += blk.ln1.size + blk.ln2.size
-            n += sum(getattr(blk, a).size for a in ("attn_sub", "ffn_sub") if getattr(blk, a) is not None)
+            n += sum(getattr(blk, a).size for a in ("attn_sub", "ffn_sub", "post_attn", "post_ffn", "q_norm", "k_norm")
+                     if getattr(blk, a) is not None)
             for lin in (blk.q, blk.k, blk.v, blk.o, blk.gate, blk.up, blk.down):
                 m, k = lin.shape
                 n += m * k + (0 if lin.bias is None else lin.bias.size)

@@ -1,6 +1,6 @@
 """The native decode step: the whole decoder stack of one token in one C++ call (kernels/decoder.cpp).
 
-    dec = NativeDecoder.build(model)     # None when a weight's format has no native path
+    dec = NativeDecoder.build(model)     # a str saying why when the step cannot run this model
     logits = dec.decode(x, pos)          # x: float32 [hidden] embedding -> float32 [vocab]
 
 It reads the same packed weights, norms, RoPE tables and static KV cache as the Python model, which
@@ -16,7 +16,7 @@ from lowbit.formats.intcodes import IntCodeWeight
 from lowbit.formats.rsr import RSRWeight
 from lowbit.formats.tq1 import TQ1Weight
 
-ACTS = {"silu": 0, "swish": 0, "relu2": 1}
+ACTS = {"silu": 0, "swish": 0, "relu2": 1, "gelu_pytorch_tanh": 2, "gelu_tanh": 2}
 
 
 def linear_tuple(lin):
@@ -43,21 +43,22 @@ class NativeDecoder:
         self.vocab = vocab
 
     @classmethod
-    def build(cls, model, slots=None) -> "NativeDecoder | None":
-        """The native step over model.cache, or over a SlotKVCache `slots` (for decode_batch)."""
+    def build(cls, model, slots=None) -> "NativeDecoder | str":
+        """The native step over model.cache, or over a SlotKVCache `slots` (for decode_batch); or, when the
+        step cannot run this model, the reason (the model then decodes in numpy)."""
         a = model.args
         act = ACTS.get(a.hidden_act)
         if act is None:
-            return None
+            return f"hidden_act {a.hidden_act!r} has no native decode step"
         layers = []
         for blk in model.layers:
             lins = [linear_tuple(getattr(blk, n)) for n in ("q", "k", "v", "o", "gate", "up", "down")]
             if any(t is None for t in lins):
-                return None
+                return "a weight format has no native decode step"
             layers.append((tuple(lins), blk))
         head = linear_tuple(model.lm_head)
         if head is None:
-            return None
+            return "the lm_head's format has no native decode step"
         rope = model.rope
         C = np.ascontiguousarray(rope.C, np.float32)
         S = np.ascontiguousarray(rope.S, np.float32)
@@ -66,11 +67,13 @@ class NativeDecoder:
         dec = _native.Decoder(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
                               a.intermediate_size, cache.max_ctx, float(a.rms_norm_eps), act, C, S, kv_f16)
         keep = [C, S, head]
+        dec.set_attention(float(model.attn_scale), float(model.attn_softcap or 0.0))
         for i, (lins, blk) in enumerate(layers):
             kc, vc = (blk.kc, blk.vc) if slots is None else (slots.k[i, 0], slots.v[i, 0])  # slot 0
             if kv_f16:
                 kc, vc = kc.view(np.uint16), vc.view(np.uint16)
             dec.add_layer(lins, blk.ln1, blk.ln2, blk.attn_sub, blk.ffn_sub, kc, vc)
+            dec.set_layer_extras(i, blk.q_norm, blk.k_norm, blk.post_attn, blk.post_ffn, int(blk.window or 0))
             keep.append(lins)
         if slots is not None:
             k_all, v_all = (slots.k.view(np.uint16), slots.v.view(np.uint16)) if kv_f16 else (slots.k, slots.v)

@@ -1,0 +1,12 @@
+"""Mistral (model_type "mistral", e.g. Mistral-7B-v0.1/v0.3, Ministral): the Llama decoder with sliding-window
+attention when the config gives `sliding_window` (v0.1: 4096; v0.2+ null). Each query attends to the last
+`sliding_window` positions, itself included, in every layer; a window at least as long as the context the
+model runs with changes nothing. No biases (transformers' Mistral has none).
+"""
+from __future__ import annotations
+
+from lowbit.model import llama
+
+
+class Model(llama.Model):
+    features = frozenset({"sliding_window"})
