@@ -519,7 +519,7 @@ void bind_decoder(nb::module_& m) {
              require(n_heads % n_kv == 0, "Decoder: heads must be a multiple of kv heads");
              require(hd > 0 && hd <= 512 && hd % 2 == 0, "Decoder: head_dim must be even and in [2, 512]");
              require(max_ctx > 0 && max_ctx <= (int64_t(1) << 24), "Decoder: max_ctx must be in [1, 2^24]");
-             require(act == 0 || act == 1, "Decoder: act must be 0 (SiLU) or 1 (squared ReLU)");
+             require(act == 0 || act == 1 || act == 2, "Decoder: act must be 0 (SiLU), 1 (squared ReLU) or 2 (GELU)");
              require(eps >= 0.f && eps < 1.f, "Decoder: rms_norm_eps must be in [0, 1)");
              auto c = in<float, 2>(hc, "Decoder: rope C");
              auto s = in<float, 2>(hs, "Decoder: rope S");
@@ -577,29 +577,35 @@ void bind_decoder(nb::module_& m) {
            nb::arg("linears"), nb::arg("ln1"), nb::arg("ln2"), nb::arg("attn_sub").none(), nb::arg("ffn_sub").none(),
            nb::arg("kc"), nb::arg("vc"))
       .def("set_layer_extras",
-           [](Decoder& d, size_t index, std::optional<F1> q_norm, std::optional<F1> k_norm, std::optional<F1> post_attn,
-              std::optional<F1> post_ffn, int64_t window) {
-             const DecoderShape& s = d.shape();
-             require(index < d.n_layers(), "set_layer_extras: no such layer");
-             require(!q_norm || q_norm->shape(0) == (size_t)s.hd, "q_norm must be [head_dim]");
-             require(!k_norm || k_norm->shape(0) == (size_t)s.hd, "k_norm must be [head_dim]");
-             require(!post_attn || post_attn->shape(0) == (size_t)s.hidden, "post_attn norm must be [hidden]");
-             require(!post_ffn || post_ffn->shape(0) == (size_t)s.hidden, "post_ffn norm must be [hidden]");
-             require(window >= 0, "window must be >= 0");
-             DecoderLayer& L = d.layer(index);
-             L.q_norm = q_norm ? q_norm->data() : nullptr;
-             L.k_norm = k_norm ? k_norm->data() : nullptr;
-             L.post_attn = post_attn ? post_attn->data() : nullptr;
-             L.post_ffn = post_ffn ? post_ffn->data() : nullptr;
+           [](PyDecoder& self, size_t index, nb::handle q_norm, nb::handle k_norm, nb::handle post_attn,
+              nb::handle post_ffn, int64_t window) {
+             const DecoderShape& s = self.d.shape();
+             require(index < self.d.n_layers(), "set_layer_extras: no such layer");
+             require(window >= 0, "set_layer_extras: window must be >= 0");
+             auto opt = [](nb::handle h, const char* what, int64_t n) -> const float* {
+               return h.is_none() ? nullptr : norm_weight(h, what, n).data();
+             };
+             const float* qn = opt(q_norm, "set_layer_extras: q_norm", s.hd);
+             const float* kn = opt(k_norm, "set_layer_extras: k_norm", s.hd);
+             const float* pa = opt(post_attn, "set_layer_extras: post_attn norm", s.hidden);
+             const float* pf = opt(post_ffn, "set_layer_extras: post_ffn norm", s.hidden);
+             std::lock_guard<std::mutex> lock(self.mu);
+             DecoderLayer& L = self.d.layer(index);
+             L.q_norm = qn;
+             L.k_norm = kn;
+             L.post_attn = pa;
+             L.post_ffn = pf;
              L.window = window;
+             for (nb::handle h : {q_norm, k_norm, post_attn, post_ffn}) self.keep.push_back(nb::borrow(h));
            },
            nb::arg("index"), nb::arg("q_norm").none(), nb::arg("k_norm").none(), nb::arg("post_attn").none(),
            nb::arg("post_ffn").none(), nb::arg("window"))
       .def("set_attention",
-           [](Decoder& d, float qscale, float softcap) {
+           [](PyDecoder& self, float qscale, float softcap) {
              require(qscale >= 0.f && softcap >= 0.f && std::isfinite(qscale) && std::isfinite(softcap),
-                     "qscale and softcap must be finite and >= 0");
-             d.set_attention(qscale, softcap);
+                     "set_attention: qscale and softcap must be finite and >= 0");
+             std::lock_guard<std::mutex> lock(self.mu);
+             self.d.set_attention(qscale, softcap);
            },
            nb::arg("qscale"), nb::arg("softcap"))
       .def("set_output",
