@@ -282,6 +282,28 @@ std::tuple<std::string, double> gemm_tq1(nb::handle hweights, int64_t M, int64_t
   return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
+// One codebook weight (codebook.h): codes u8 [Mt*Kp/v*m*8], scale f16-as-u16 [G*Mt*8], codebooks cbT f32
+// [m][v][nc] and cb f32 [m][nc][v] (cbT transposed), checked against M, Kp and group.
+CodebookWeights checked_codebook_weights(const char* fn, nb::handle hcodes, nb::handle hscale, nb::handle hcbT,
+                                         nb::handle hcb, int64_t M, int64_t Kp, int64_t group) {
+  const std::string f = fn;
+  auto cbT = in<float, 3>(hcbT, (f + ": cbT").c_str());
+  auto cb = in<float, 3>(hcb, (f + ": cb").c_str());
+  auto codes = in<uint8_t, 1>(hcodes, (f + ": packed codes").c_str());
+  auto scale = in<uint16_t, 1>(hscale, (f + ": scales (float16 bits as uint16)").c_str());
+  const int64_t m = cbT.shape(0), v = cbT.shape(1), nc = cbT.shape(2);
+  if (!(m >= 1 && v >= 1 && nc >= 2 && nc <= 256 && (nc & (nc - 1)) == 0)) fail(f + ": codebooks must be [m][v][2^b], b in 1..8");
+  if (!(cb.shape(0) == (size_t)m && cb.shape(1) == (size_t)nc && cb.shape(2) == (size_t)v)) fail(f + ": cb must be [m][nc][v] (cbT transposed)");
+  if (!(M > 0 && M <= (int64_t(1) << 31) && Kp > 0 && Kp <= (int64_t(1) << 31) && Kp % v == 0))
+    fail(f + ": M must be positive and Kp a positive multiple of v (both at most 2^31)");
+  if (!(group > 0 && group % v == 0)) fail(f + ": group must be a positive multiple of v");
+  const int64_t Mt = (M + 7) / 8, G = (Kp + group - 1) / group;
+  CodebookWeights w{codes.data(), scale.data(), cbT.data(), cb.data(), M, Kp, group, m, v, nc, Mt, G};
+  if (codes.shape(0) != (size_t)w.codes_bytes()) fail(f + ": packed codes have the wrong size for M, Kp, m, v");
+  if (scale.shape(0) != (size_t)(G * Mt * 8)) fail(f + ": scales have the wrong size for M, Kp, group");
+  return w;
+}
+
 // codebook (codebook.h): weights is a list of (codes u8 [Mt*Kp/v*m*8], scale f16-as-u16 [G*Mt*8]) copies of
 // one [M, Kp] weight sharing the codebooks cbT f32 [m][v][nc] and cb f32 [m][nc][v]; x f32 [N, Kp]. Runs
 // `iters` products (the i-th on copy i % len) with the Psumbook kernel (psum) or dequantize-then-multiply.
@@ -291,15 +313,6 @@ std::tuple<std::string, double> gemm_codebook(nb::handle hweights, nb::handle hc
   const auto weights = seq(hweights, "gemm_codebook: weights");
   require(!weights.empty(), "gemm_codebook: no weights");
   require(iters >= 1, "gemm_codebook: iters must be >= 1");
-  auto cbT = in<float, 3>(hcbT, "gemm_codebook: cbT");
-  auto cb = in<float, 3>(hcb, "gemm_codebook: cb");
-  const int64_t m = cbT.shape(0), v = cbT.shape(1), nc = cbT.shape(2);
-  require(m >= 1 && v >= 1 && nc >= 2 && nc <= 256 && (nc & (nc - 1)) == 0, "gemm_codebook: codebooks must be [m][v][2^b], b in 1..8");
-  require(cb.shape(0) == (size_t)m && cb.shape(1) == (size_t)nc && cb.shape(2) == (size_t)v, "gemm_codebook: cb must be [m][nc][v] (cbT transposed)");
-  require(M > 0 && M <= (int64_t(1) << 31) && Kp > 0 && Kp <= (int64_t(1) << 31) && Kp % v == 0,
-          "gemm_codebook: M must be positive and Kp a positive multiple of v (both at most 2^31)");
-  require(group > 0 && group % v == 0, "gemm_codebook: group must be a positive multiple of v");
-  const int64_t Mt = (M + 7) / 8, G = (Kp + group - 1) / group;
   auto x = in<float, 2>(hx, "gemm_codebook: x");
   const int64_t N = x.shape(0);
   require(x.shape(1) == (size_t)Kp, "gemm_codebook: activations must be [N, Kp]");
@@ -307,12 +320,7 @@ std::tuple<std::string, double> gemm_codebook(nb::handle hweights, nb::handle hc
   std::vector<CodebookWeights> ws;
   for (const auto& c : weights) {
     const auto t = items(c, 2, "gemm_codebook: each weight (codes, scale)");
-    auto codes = in<uint8_t, 1>(t[0], "gemm_codebook: packed codes");
-    auto scale = in<uint16_t, 1>(t[1], "gemm_codebook: scales (float16 bits as uint16)");
-    CodebookWeights w{codes.data(), scale.data(), cbT.data(), cb.data(), M, Kp, group, m, v, nc, Mt, G};
-    require(codes.shape(0) == (size_t)w.codes_bytes(), "gemm_codebook: packed codes have the wrong size for M, Kp, m, v");
-    require(scale.shape(0) == (size_t)(G * Mt * 8), "gemm_codebook: scales have the wrong size for M, Kp, group");
-    ws.push_back(w);
+    ws.push_back(checked_codebook_weights("gemm_codebook", t[0], t[1], hcbT, hcb, M, Kp, group));
   }
   nb::gil_scoped_release release;
   KernelsRunning running(settings_mutex());
@@ -451,12 +459,13 @@ struct PyDecoder {
 //   ("int", codes, scale, offset|None, zc, bits, M, K, Kp, group, bias|None)
 //   ("f32" | "bf16", weight [M, K], bias|None)
 //   ("tq1", codes, scale, M, K, Kp, group, bias|None)
+//   ("codebook", codes, scale, cbT, cb, M, K, Kp, group, bias|None)
 LinearRef linear_from_tuple(nb::handle h, const char* what, std::vector<nb::object>& keep) {
   const std::string w = what;
   if (!(nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) || nb::len(h) == 0)
     fail(w + " must be a projection tuple (kind, ...), got " + describe(h));
   std::string kind;
-  if (!nb::try_cast<std::string>(h[0], kind)) fail(w + ": the first item must be the kind: 'int', 'tq1', 'f32' or 'bf16'");
+  if (!nb::try_cast<std::string>(h[0], kind)) fail(w + ": the first item must be the kind: 'int', 'tq1', 'codebook', 'f32' or 'bf16'");
   const char* fn = what;
   LinearRef L;
   size_t bias_at = 0;
@@ -477,6 +486,14 @@ LinearRef linear_from_tuple(nb::handle h, const char* what, std::vector<nb::obje
     L.tq = checked_tq1_weights(fn, t[1], t[2], L.M, scalar<int64_t>(t[5], "Kp"), scalar<int64_t>(t[6], "group"));
     if (L.K <= 0 || L.K > L.tq.Kp) fail(w + ": K must be in [1, Kp]");
     bias_at = 7;
+  } else if (kind == "codebook") {
+    const auto t = items(h, 10, (w + " ('codebook', codes, scale, cbT, cb, M, K, Kp, group, bias)").c_str());
+    L.kind = 4;
+    L.M = scalar<int64_t>(t[5], "M");
+    L.K = scalar<int64_t>(t[6], "K");
+    L.cb = checked_codebook_weights(fn, t[1], t[2], t[3], t[4], L.M, scalar<int64_t>(t[7], "Kp"), scalar<int64_t>(t[8], "group"));
+    if (L.K <= 0 || L.K > L.cb.Kp || L.cb.Kp - L.K >= L.cb.v) fail(w + ": K must be in (Kp - v, Kp]");
+    bias_at = 9;
   } else if (kind == "f32" || kind == "bf16") {
     const auto t = items(h, 3, (w + " ('f32' | 'bf16', weight, bias)").c_str());
     const auto [fw, bf16] = checked_float_weights(fn, t[1]);
@@ -487,7 +504,7 @@ LinearRef linear_from_tuple(nb::handle h, const char* what, std::vector<nb::obje
     L.K = fw.K;
     bias_at = 2;
   } else {
-    fail(w + ": unknown projection kind '" + kind + "' (use 'int', 'tq1', 'f32' or 'bf16')");
+    fail(w + ": unknown projection kind '" + kind + "' (use 'int', 'tq1', 'codebook', 'f32' or 'bf16')");
   }
   nb::handle b = h[bias_at];
   if (!b.is_none()) {
