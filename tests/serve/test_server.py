@@ -6,6 +6,7 @@ import json
 import threading
 import time
 
+import numpy as np
 import pytest
 
 httpx = pytest.importorskip("httpx")
@@ -240,3 +241,30 @@ def test_queue_full_gets_429(llm):
         gate.set()
         t.join(30)
         assert results == [200]
+
+
+def test_random_bodies_never_500(client):
+    """Random values in every field: each answer is a 200 or a 4xx with an OpenAI-shaped error, never a 500,
+    and the server keeps serving."""
+    rng = np.random.default_rng(0)
+    values = [None, True, 0, 1, -1, 3, 2.5, -0.5, 1e309, "x", "", [], [1], ["a", "b"], [[1, 2]], {}, {"a": 1},
+              [{"role": "user", "content": "hi"}], [{"role": "user"}], [{"content": "x"}], "\ud800", 10**30]
+    fields = ["prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+              "min_p", "stop", "seed", "stream", "n", "stream_options", "model", "logprobs", "repetition_penalty"]
+    seen = set()
+    for i in range(60):
+        path = "/v1/chat/completions" if i % 2 else "/v1/completions"
+        body = {"messages": [{"role": "user", "content": "hi"}]} if i % 2 else {"prompt": "hi"}
+        body["max_tokens"] = 2  # keep the valid ones short
+        n_bad = rng.integers(0, 3) if i % 4 < 2 else rng.integers(3, 7)
+        body.update({f: values[rng.integers(len(values))] for f in rng.choice(fields, size=n_bad, replace=False)})
+        r = client.post(path, content=json.dumps(body, allow_nan=True).encode("utf-8", "surrogatepass"),
+                        headers={"Content-Type": "application/json"})
+        assert r.status_code == 200 or 400 <= r.status_code < 500, (body, r.status_code, r.text[:200])
+        seen.add(r.status_code)
+        if r.status_code != 200:
+            assert isinstance(r.json()["error"]["message"], str)
+        elif not body.get("stream"):
+            assert r.json()["usage"]["completion_tokens"] <= 2 or "max_tokens" not in body
+    assert seen == {200, 400}  # both valid and invalid bodies were drawn
+    assert client.get("/health").json()["status"] == "ok"

@@ -122,6 +122,42 @@ class PackedWeight(ABC):
         return f"<{type(self).__name__} {self.format} [{m}, {k}] {self.bits_per_weight:.3f} bpw>"
 
 
+class SourceRows:
+    """A float matrix as a checkpoint stores it, for the native quantizers to read without a float32 copy.
+
+    data: [R, K] float32, float16, or bf16 bits as uint16 (kind "bf16"); rows: optional int64 [M], the
+    source row of each output row (GGUF's Q/K un-permutation), else the M = R rows in order.
+    """
+
+    KINDS = {"f32": 0, "f16": 1, "bf16": 2}
+
+    def __init__(self, data: np.ndarray, kind: str | None = None, rows: np.ndarray | None = None):
+        data = np.asarray(data)
+        if kind is None:
+            kind = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}.get(data.dtype)
+        if kind not in self.KINDS or data.dtype.itemsize != (4 if kind == "f32" else 2):
+            raise ValueError(f"source rows must be float32, float16 or bf16 (uint16 bits), got {data.dtype} as {kind}")
+        if data.ndim != 2 or data.shape[0] < 1 or data.shape[1] < 1:
+            raise ValueError(f"a weight must be 2-D [M, K] and non-empty, got shape {data.shape}")
+        self.data = np.ascontiguousarray(data)
+        self.kind = kind
+        self.rows = None if rows is None else np.ascontiguousarray(rows, np.int64)
+        m = data.shape[0] if rows is None else len(self.rows)
+        self.shape = (int(m), int(data.shape[1]))
+
+    @property
+    def kind_id(self) -> int:
+        return self.KINDS[self.kind]
+
+    def float32(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """float32 [stop - start, K] of output rows start..stop (all by default)."""
+        sel = slice(start, stop)
+        src = self.data[sel] if self.rows is None else self.data[self.rows[sel]]
+        if self.kind == "bf16":
+            return (src.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return np.ascontiguousarray(src, np.float32)
+
+
 def check_weight(w: np.ndarray) -> np.ndarray:
     w = np.asarray(w)
     if w.ndim != 2:

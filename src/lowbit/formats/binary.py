@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.formats.base import check_weight
-from lowbit.formats.intcodes import IntCodeWeight, group_view, resolve_group
+from lowbit.formats.intcodes import METHOD_BINARY, IntCodeWeight, as_source, group_view, quantize_native, resolve_group
 
 
 class BinaryWeight(IntCodeWeight):
@@ -22,6 +22,12 @@ class BinaryWeight(IntCodeWeight):
 
     @classmethod
     def quantize(cls, w, group_size: int | None = None, **options):
+        """w: float32 / float16 [M, K] or SourceRows; native, bit-identical to quantize_reference."""
+        src = as_source(w)
+        return quantize_native(cls, src, METHOD_BINARY, resolve_group(group_size, src.shape[1]))
+
+    @classmethod
+    def quantize_reference(cls, w, group_size: int | None = None, **options):
         w = check_weight(w)
         m, k = w.shape
         group = resolve_group(group_size, k)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.formats.base import check_weight
-from lowbit.formats.intcodes import IntCodeWeight, group_view, resolve_group
+from lowbit.formats.intcodes import METHOD_AFFINE, IntCodeWeight, as_source, group_view, quantize_native, resolve_group
 
 DEFAULT_GROUP = 32  # llama.cpp's Q4_0/Q4_1 block: a Q4_1 GGUF converts to int4 without loss of its grid
+RATIOS = np.linspace(0.5, 1.0, 11)  # clipping ratios fit_affine tries, in order (the first best wins)
 
 
 def fit_affine(wg: np.ndarray, levels: int, symmetric: bool, search: bool = True):
@@ -15,7 +16,7 @@ def fit_affine(wg: np.ndarray, levels: int, symmetric: bool, search: bool = True
 
     wg: [M, G, g]. Returns a, b: float32 [M, G] (rounded through float16, as stored) and codes [M, G, g].
     """
-    ratios = np.linspace(0.5, 1.0, 11) if search else np.array([1.0])
+    ratios = RATIOS if search else np.array([1.0])
     best_err = best_a = best_b = best_c = None
     lo, hi = wg.min(axis=2), wg.max(axis=2)
     amax = np.maximum(np.abs(lo), np.abs(hi))
@@ -49,6 +50,16 @@ class _AffineGroupWeight(IntCodeWeight):
 
     @classmethod
     def quantize(cls, w, group_size: int | None = -1, symmetric: bool = False, **options):
+        """w: float32 / float16 [M, K] or SourceRows; native, bit-identical to quantize_reference."""
+        src = as_source(w)
+        group = resolve_group(cls.default_group if group_size == -1 else group_size, src.shape[1])
+        if symmetric:
+            return quantize_native(cls, src, METHOD_AFFINE, group, symmetric=True, ratios=RATIOS,
+                                   meta={"symmetric": True})
+        return quantize_native(cls, src, METHOD_AFFINE, group, offsets=True, ratios=RATIOS)
+
+    @classmethod
+    def quantize_reference(cls, w, group_size: int | None = -1, symmetric: bool = False, **options):
         w = check_weight(w)
         m, k = w.shape
         group = resolve_group(cls.default_group if group_size == -1 else group_size, k)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.formats.base import check_weight
-from lowbit.formats.intcodes import IntCodeWeight, group_view, resolve_group
+from lowbit.formats.intcodes import METHOD_INT8, IntCodeWeight, as_source, group_view, quantize_native, resolve_group
 
 DEFAULT_GROUP = 32  # Q8_0's block
 
@@ -23,7 +23,14 @@ class Int8Weight(IntCodeWeight):
 
     @classmethod
     def quantize(cls, w, group_size: int | None = -1, **options):
-        """group_size: -1 = blocks of 32 (default), None = one scale per row, else a multiple of 32."""
+        """group_size: -1 = blocks of 32 (default), None = one scale per row, else a multiple of 32.
+        w: float32 / float16 [M, K] or SourceRows; native (quantize_reference is the numpy twin)."""
+        src = as_source(w)
+        group = resolve_group(DEFAULT_GROUP if group_size == -1 else group_size, src.shape[1])
+        return quantize_native(cls, src, METHOD_INT8, group)
+
+    @classmethod
+    def quantize_reference(cls, w, group_size: int | None = -1, **options):
         w = check_weight(w)
         m, k = w.shape
         group = resolve_group(DEFAULT_GROUP if group_size == -1 else group_size, k)

@@ -18,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 
 from lowbit import _native
-from lowbit.formats.base import Activations, PackedWeight
+from lowbit.formats.base import Activations, PackedWeight, SourceRows
 
 ROW_BLOCK = 64
 K_ALIGN = 64
@@ -90,6 +90,40 @@ def group_view(w: np.ndarray, group: int) -> np.ndarray:
     return full.reshape(m, g, group)
 
 
+METHOD_INT8, METHOD_AFFINE, METHOD_BINARY = 0, 1, 2  # kernels/quantize.h QuantMethod
+NO_RATIOS = np.zeros(1, np.float64)
+
+
+def as_source(w) -> SourceRows:
+    """w (SourceRows, or an array: float32 / float16 pass as they are, others become float32) -> SourceRows."""
+    if isinstance(w, SourceRows):
+        return w
+    w = np.asarray(w)
+    if w.ndim != 2:
+        raise ValueError(f"a weight must be 2-D [M, K], got shape {w.shape}")
+    if w.shape[0] < 1 or w.shape[1] < 1:
+        raise ValueError(f"a weight must be non-empty, got shape {w.shape}")
+    if w.dtype not in (np.float32, np.float16):
+        w = w.astype(np.float32)
+    return SourceRows(w)
+
+
+def quantize_native(cls, src: SourceRows, method: int, group: int, offsets: bool = False, symmetric: bool = False,
+                    ratios: np.ndarray = NO_RATIOS, meta: dict | None = None) -> "IntCodeWeight":
+    """Packs src into cls's layout with the native quantizer (kernels/quantize.cpp, on the thread pool);
+    bit-identical to the format's numpy quantize_reference."""
+    m, k = src.shape
+    kp, mb = padded_k(k), -(-m // ROW_BLOCK)
+    g = -(-kp // group)
+    codes = np.empty(mb * kp * ROW_BLOCK * cls.bits // 8, np.uint8)
+    scale = np.empty(mb * g * ROW_BLOCK, np.float16)
+    offset = np.empty_like(scale) if offsets else None
+    _native.quantize_int(src.data, src.kind_id, m, k, src.rows, method, cls.bits, group, symmetric,
+                         np.ascontiguousarray(ratios, np.float64), codes, scale.view(np.uint16),
+                         None if offset is None else offset.view(np.uint16))
+    return cls((m, k), group, codes, scale, offset, meta)
+
+
 class IntCodeWeight(PackedWeight):
     """Base of the integer-code formats; subclasses choose bits, codes and the affine map."""
 
@@ -100,6 +134,9 @@ class IntCodeWeight(PackedWeight):
         self.shape = (int(shape[0]), int(shape[1]))
         self.kp = padded_k(self.shape[1])
         self.group = int(group)
+        if self.group <= 0 or (self.group != self.kp and (self.group % GROUP_ALIGN or self.group > self.kp)):
+            raise ValueError(f"{self.format}: group must be a multiple of {GROUP_ALIGN} below Kp={self.kp}, or Kp; "
+                             f"got {self.group}")
         self.ngroups = -(-self.kp // self.group)
         self.codes = codes
         self.scale = scale

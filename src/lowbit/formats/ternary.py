@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.formats.base import check_weight
-from lowbit.formats.intcodes import IntCodeWeight, padded_k, resolve_group
+from lowbit.formats.intcodes import IntCodeWeight, as_source, padded_k, resolve_group
 
 EPS = 1e-5
 METHODS = ("absmean", "mse")
@@ -130,7 +130,25 @@ class TernaryWeight(IntCodeWeight):
 
     @classmethod
     def quantize(cls, w, scale: str = "tensor", group_size: int | None = None, method: str = "absmean", **options):
-        """scale: "tensor" | "row" (or group_size= a multiple of 32); method: "absmean" (BitNet) | "mse"."""
+        """scale: "tensor" | "row" (or group_size= a multiple of 32); method: "absmean" (BitNet) | "mse".
+        w: float32 / float16 [M, K] or SourceRows; absmean runs natively (ternary_native.py), bit-identical
+        to quantize_reference."""
+        if method != "absmean":
+            return cls.quantize_reference(as_source(w).float32(), scale, group_size, method)
+        from lowbit.formats.ternary_native import ternary_pack, ternary_scales
+
+        src = as_source(w)
+        if group_size:
+            scale = "group"
+        kp = padded_k(src.shape[1])
+        group = resolve_group(group_size if scale == "group" else None, src.shape[1])
+        a16, scale = ternary_scales(src, scale, group, kp)
+        codes, scales = ternary_pack(src, a16, group, kp, tq1=False)
+        return cls(src.shape, group, codes, scales, None, {"scale_mode": scale})
+
+    @classmethod
+    def quantize_reference(cls, w, scale: str = "tensor", group_size: int | None = None, method: str = "absmean",
+                           **options):
         w = check_weight(w)
         if group_size:
             scale = "group"

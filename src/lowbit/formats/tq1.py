@@ -92,6 +92,26 @@ class TQ1Weight(PackedWeight):
     @classmethod
     def quantize(cls, w, scale: str = "tensor", group_size: int | None = None, method: str = "absmean",
                  **options) -> "TQ1Weight":
+        """As quantize_reference; w: float32 / float16 [M, K] or SourceRows; absmean runs natively
+        (ternary_native.py), bit-identical to it."""
+        from lowbit.formats.intcodes import as_source
+
+        if method != "absmean":
+            return cls.quantize_reference(as_source(w).float32(), scale, group_size, method)
+        from lowbit.formats.ternary_native import ternary_pack, ternary_scales
+
+        src = as_source(w)
+        if group_size:
+            scale = "group"
+        kp = padded_k(src.shape[1])
+        group = resolve_group(group_size if scale == "group" else None, src.shape[1])
+        a16, scale = ternary_scales(src, scale, group, kp)
+        codes, scales = ternary_pack(src, a16, group, kp, tq1=True)
+        return cls(src.shape, group, codes, scales, {"scale_mode": scale})
+
+    @classmethod
+    def quantize_reference(cls, w, scale: str = "tensor", group_size: int | None = None, method: str = "absmean",
+                 **options) -> "TQ1Weight":
         """Ternarization exactly as TernaryWeight (scale "tensor" | "row", or group_size= a multiple of 20;
         method "absmean" | "mse"; ternary-valued input keeps its scale), packed 5 trits per byte."""
         w = check_weight(w)

@@ -1,0 +1,124 @@
+// Python binding of the native quantizers (called from binding.cpp's module init).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "quantize.h"
+
+namespace nb = nanobind;
+
+namespace lowbit {
+namespace {
+
+template <typename T>
+using Vec = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using AnyArr = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;  // any dtype, read-only views too (mmaps)
+
+void require(bool ok, const std::string& msg) {
+  if (!ok) throw std::invalid_argument(msg);
+}
+
+// src: float32, float16 or (bf16 bits as) uint16, [R][K] with R >= every row read
+void quantize_int_py(AnyArr src, int kind, int64_t M, int64_t K, std::optional<Vec<const int64_t>> rows, int method,
+                     int bits, int64_t group, bool symmetric, Vec<const double> ratios, Vec<uint8_t> codes,
+                     Vec<uint16_t> scale, std::optional<Vec<uint16_t>> offset) {
+  require(M > 0 && K > 0, "quantize_int: M and K must be positive");
+  require(kind == kSrcF32 || kind == kSrcF16 || kind == kSrcBF16, "quantize_int: kind must be 0 (f32), 1 (f16), 2 (bf16)");
+  const nb::dlpack::dtype dt = src.dtype();
+  const bool ok_dtype = kind == kSrcF32 ? dt == nb::dtype<float>()
+                                       : (dt.bits == 16 && (dt.code == (uint8_t)nb::dlpack::dtype_code::Float ||
+                                                            dt.code == (uint8_t)nb::dlpack::dtype_code::UInt));
+  require(ok_dtype, "quantize_int: source dtype does not match kind (float32, float16, or bf16 bits as uint16)");
+  require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "quantize_int: bits must be 1, 2, 4 or 8");
+  require(method == kQuantInt8 || method == kQuantAffine || method == kQuantBinary, "quantize_int: unknown method");
+  const int64_t Kp = (K + 63) / 64 * 64, Mb = (M + 63) / 64;
+  require(group > 0 && (group % 32 == 0 || group == Kp) && group <= Kp, "quantize_int: group must be a multiple of 32 or Kp");
+  const int64_t G = (Kp + group - 1) / group;
+  const int64_t src_rows = (int64_t)(src.size() / (size_t)K);
+  require((int64_t)src.size() == src_rows * K, "quantize_int: source size is not a multiple of K");
+  if (rows) {
+    require((int64_t)rows->shape(0) == M, "quantize_int: rows must have M entries");
+    for (int64_t i = 0; i < M; ++i)
+      require(rows->data()[i] >= 0 && rows->data()[i] < src_rows, "quantize_int: a row index is out of range");
+  } else {
+    require(src_rows >= M, "quantize_int: the source has fewer than M rows");
+  }
+  require((int64_t)codes.shape(0) == Mb * Kp * 64 * bits / 8, "quantize_int: codes has the wrong size");
+  require((int64_t)scale.shape(0) == Mb * G * 64, "quantize_int: scale has the wrong size");
+  require(!offset || (int64_t)offset->shape(0) == Mb * G * 64, "quantize_int: offset has the wrong size");
+  require(method != kQuantAffine || (ratios.shape(0) > 0 && (symmetric || offset)),
+          "quantize_int: affine needs ratios (and offsets unless symmetric)");
+  QuantSource s{src.data(), kind, M, K, rows ? rows->data() : nullptr};
+  QuantSpec p{method, bits, group, symmetric, ratios.data(), (int)ratios.shape(0)};
+  QuantOut o{codes.data(), scale.data(), offset ? offset->data() : nullptr};
+  nb::gil_scoped_release release;
+  quantize_int(s, p, o);
+}
+
+QuantSource checked_source(const AnyArr& src, int kind, int64_t M, int64_t K, const std::optional<Vec<const int64_t>>& rows) {
+  require(M > 0 && K > 0, "M and K must be positive");
+  require(kind == kSrcF32 || kind == kSrcF16 || kind == kSrcBF16, "kind must be 0 (f32), 1 (f16), 2 (bf16)");
+  const nb::dlpack::dtype dt = src.dtype();
+  const bool ok_dtype = kind == kSrcF32 ? dt == nb::dtype<float>()
+                                       : (dt.bits == 16 && (dt.code == (uint8_t)nb::dlpack::dtype_code::Float ||
+                                                            dt.code == (uint8_t)nb::dlpack::dtype_code::UInt));
+  require(ok_dtype, "source dtype does not match kind (float32, float16, or bf16 bits as uint16)");
+  const int64_t src_rows = (int64_t)(src.size() / (size_t)K);
+  require((int64_t)src.size() == src_rows * K, "source size is not a multiple of K");
+  if (rows) {
+    require((int64_t)rows->shape(0) == M, "rows must have M entries");
+    for (int64_t i = 0; i < M; ++i)
+      require(rows->data()[i] >= 0 && rows->data()[i] < src_rows, "a row index is out of range");
+  } else {
+    require(src_rows >= M, "the source has fewer than M rows");
+  }
+  return QuantSource{src.data(), kind, M, K, rows ? rows->data() : nullptr};
+}
+
+void ternary_stats_py(AnyArr src, int kind, int64_t M, int64_t K, std::optional<Vec<const int64_t>> rows, int64_t group,
+                      Vec<double> sum, Vec<float> mx, Vec<float> mnz) {
+  const QuantSource s = checked_source(src, kind, M, K, rows);
+  require(group > 0, "ternary_stats: group must be positive");
+  const int64_t G = (int64_t)sum.shape(0) / M;
+  require(G >= (K + group - 1) / group && (int64_t)sum.shape(0) == M * G && (int64_t)mx.shape(0) == M * G &&
+              (int64_t)mnz.shape(0) == M * G, "ternary_stats: sum, mx, mnz must be [M * G] with G >= ceil(K / group)");
+  nb::gil_scoped_release release;
+  ternary_stats(s, group, G, sum.data(), mx.data(), mnz.data());
+}
+
+void ternary_pack_py(AnyArr src, int kind, int64_t M, int64_t K, std::optional<Vec<const int64_t>> rows,
+                     Vec<const float> a, int64_t group, bool tq1, Vec<uint8_t> codes, Vec<uint16_t> scale) {
+  const QuantSource s = checked_source(src, kind, M, K, rows);
+  const int64_t Kp = tq1 ? (K + 19) / 20 * 20 : (K + 63) / 64 * 64, Mb = (M + 63) / 64;
+  require(group > 0 && (group % (tq1 ? 20 : 32) == 0 || group == Kp) && group <= Kp,
+          "ternary_pack: group must be a multiple of 32 (tq1: 20) or Kp");
+  const int64_t G = (Kp + group - 1) / group;
+  require((int64_t)a.shape(0) == M * G, "ternary_pack: a must be [M * G]");
+  require((int64_t)codes.shape(0) == (tq1 ? Mb * (Kp / 20) * 256 : Mb * Kp * 16), "ternary_pack: codes has the wrong size");
+  require((int64_t)scale.shape(0) == Mb * G * 64, "ternary_pack: scale has the wrong size");
+  for (int64_t i = 0; i < M * G; ++i)
+    require(std::isfinite(a.data()[i]) && a.data()[i] >= 0.f, "ternary_pack: scales must be finite and >= 0");
+  nb::gil_scoped_release release;
+  ternary_pack(s, a.data(), group, G, tq1, codes.data(), scale.data());
+}
+
+}  // namespace
+
+void bind_quantize(nb::module_& m) {
+  m.def("ternary_stats", &ternary_stats_py, nb::arg("src"), nb::arg("kind"), nb::arg("M"), nb::arg("K"),
+        nb::arg("rows").none(), nb::arg("group"), nb::arg("sum"), nb::arg("mx"), nb::arg("mnz"));
+  m.def("ternary_pack", &ternary_pack_py, nb::arg("src"), nb::arg("kind"), nb::arg("M"), nb::arg("K"),
+        nb::arg("rows").none(), nb::arg("a"), nb::arg("group"), nb::arg("tq1"), nb::arg("codes"), nb::arg("scale"));
+  m.def("quantize_int", &quantize_int_py, nb::arg("src"), nb::arg("kind"), nb::arg("M"), nb::arg("K"),
+        nb::arg("rows").none(), nb::arg("method"), nb::arg("bits"), nb::arg("group"), nb::arg("symmetric"),
+        nb::arg("ratios"), nb::arg("codes"), nb::arg("scale"), nb::arg("offset").none(),
+        "Quantizes rows of a float32/float16/bf16 matrix into the integer-code layout (see quantize.h).");
+  m.def("f64_to_f16", [](double d) { return f64_to_f16(d); }, nb::arg("d"));
+}
+
+}  // namespace lowbit
