@@ -196,6 +196,11 @@ class Checkpoint:
         """float32 [M, K] / [N] for dense tensors, or a PackedWeight (lowbit dirs, lossless ternary)."""
         raise NotImplementedError
 
+    def load_source(self, name: str):
+        """A 2-D float tensor as stored (formats.base.SourceRows: float32 / float16 / bf16 views, no copy),
+        for the native quantizers; load(name) for anything else (packed, quantized, fused, scaled)."""
+        return self.load(name)
+
     def tokenizer(self):
         raise NotImplementedError
 
