@@ -7,7 +7,7 @@ import sys
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: bandwidth, gemv, e2e, serve",
+    p = sub.add_parser("bench", help="benchmarks: bandwidth, gemv, e2e, serve, convert",
                        description="Benchmarks that measure lowbit against this machine's read bandwidth.")
     bsub = p.add_subparsers(dest="bench", metavar="BENCH")
 
@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
     g.add_argument("--json", action="store_true", help="print JSON instead of a table")
     g.set_defaults(func=main_gemv)
 
-    for mod in ("lowbit.bench.e2e", "lowbit.bench.serve"):
+    for mod in ("lowbit.bench.e2e", "lowbit.bench.serve", "lowbit.bench.convert"):
         try:
             importlib.import_module(mod).add_parser(bsub)
         except ModuleNotFoundError as e:
