@@ -235,3 +235,14 @@ def test_default_k_is_fixed_unless_asked(rng, monkeypatch):
     assert quantize(w, "rsr").k == 3
     monkeypatch.setenv("LOWBIT_RSR_K", "analytic")
     assert quantize(w, "rsr").k == analytic_k(12, 40, 3)
+
+
+def test_native_many_token_tiles_every_isa(isa, rng):
+    t = rng.integers(-1, 2, (37, 301))
+    for k in (3, 4):
+        idx = ternary_terms(t, k)[0][1]
+        for n in (150, 257):  # several int8 (128) and float (64) tiles, ragged
+            x = rng.integers(-127, 128, (n, 301))
+            want = (x @ t.T).astype(np.float32)
+            for i8 in (True, False):
+                np.testing.assert_array_equal(native(idx, x, True, i8), want)

@@ -43,3 +43,20 @@ def test_cli_flags(tmp_path, capsys):
                  "--g", "32", "--iters", "1", "-q"]) == 0
     pw = open_checkpoint(out).load("model.layers.0.self_attn.q_proj.weight")
     assert (pw.m, pw.v, pw.b, pw.group) == (1, 4, 5, 32)
+
+
+def test_calibration_weights_by_activation_stats(tmp_path):
+    from lowbit.io.calibrate import activation_stats
+
+    cfg = tiny_config()
+    weights = random_weights(cfg)
+    src = write_hf(tmp_path / "src", cfg, weights, dtype="f32")
+    text = tmp_path / "calib.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    stats = activation_stats(open_checkpoint(src), text.read_text(), tokens=200, ctx=64)
+    name = "model.layers.1.mlp.down_proj.weight"
+    assert stats[name].shape == (weights[name].shape[1],) and np.all(stats[name] >= 0) and stats[name].max() > 0
+    out = convert(src, tmp_path / "out", format="codebook", format_options={"b": 5, "g": 32, "iters": 1},
+                  calibration=text, calibration_tokens=200, progress=False)
+    ck = open_checkpoint(out)
+    assert ck.lowbit["calibration"] == ["calib.txt", 200] and ck.load(name).meta_extra["weighted"]

@@ -62,6 +62,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cb.add_argument("--g", type=int, default=128, help="inputs per float16 scale, a multiple of v (default 128)")
     cb.add_argument("--iters", type=int, default=4, help="code/codebook refinement rounds after k-means (default 4)")
     cb.add_argument("--seed", type=int, default=0, help="seed of the k-means sampling (default 0)")
+    cb.add_argument("--calibration", metavar="TEXT", default=None,
+                    help="a text file: weight each input channel's error by its mean x^2 over the text (run through "
+                         "the source model in float32); use a different text from the one you evaluate on")
+    cb.add_argument("--calibration-tokens", type=int, default=4096, metavar="N",
+                    help="calibration tokens (default 4096)")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing lowbit directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
@@ -79,7 +84,8 @@ def main(args) -> int:
         out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
                       lm_head_format=args.lm_head_format, embed_format=args.embed_format,
                       overwrite=args.force, progress=not args.quiet, ternary_method=args.ternary_method,
-                      format_options=options)
+                      format_options=options, calibration=args.calibration,
+                      calibration_tokens=args.calibration_tokens)
     except FileExistsError as e:
         print(f"lowbit: error: {e}", file=sys.stderr)
         return 1

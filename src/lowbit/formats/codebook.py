@@ -24,7 +24,7 @@ from lowbit import _native
 from lowbit.formats.base import Activations, PackedWeight, check_weight
 
 TILE = 8
-PSUM_MAX_TOKENS = 16
+PSUM_MAX_TOKENS = 16  # kernels/codebook.h kCodebookPsumMaxTokens: the native decoder makes the same choice
 DEFAULTS = {"m": 1, "v": 4, "b": 8, "g": 128}
 _SPEC = re.compile(r"^codebook(?:-m(\d+)v(\d+)b(\d+)g(\d+))?$")
 

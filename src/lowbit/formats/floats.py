@@ -40,7 +40,10 @@ class _FloatWeight(PackedWeight):
 
     @classmethod
     def from_state(cls, meta, tensors):
-        return cls(tensors["weight"])
+        w = tensors["weight"]
+        if w.shape != (meta["M"], meta["K"]):
+            raise ValueError(f"{cls.format}: weight has shape {list(w.shape)}, the metadata says [{meta['M']}, {meta['K']}]")
+        return cls(w)
 
 
 class F32Weight(_FloatWeight):
@@ -48,6 +51,11 @@ class F32Weight(_FloatWeight):
     description = "float32, row-major"
     table_values = "float32"
     table_scales = "—"
+
+    def __init__(self, w):
+        if w.dtype != np.float32:
+            raise ValueError(f"f32: weight must be float32, got {w.dtype}")
+        super().__init__(w)
 
     @classmethod
     def quantize(cls, w, **options):

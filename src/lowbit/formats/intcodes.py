@@ -134,6 +134,9 @@ class IntCodeWeight(PackedWeight):
         self.shape = (int(shape[0]), int(shape[1]))
         self.kp = padded_k(self.shape[1])
         self.group = int(group)
+        if self.group <= 0 or (self.group != self.kp and (self.group % GROUP_ALIGN or self.group > self.kp)):
+            raise ValueError(f"{self.format}: group must be a multiple of {GROUP_ALIGN} below Kp={self.kp}, or Kp; "
+                             f"got {self.group}")
         self.ngroups = -(-self.kp // self.group)
         self.codes = codes
         self.scale = scale

@@ -23,6 +23,7 @@ qkv_proj and gate_up_proj) into these names and refuse any tensor that the model
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 
 import numpy as np
@@ -126,11 +127,14 @@ def expected_shape(config: dict, name: str) -> tuple[int, ...]:
 
 
 def read_json(path: pathlib.Path) -> dict:
-    """A JSON file's content; a clear ValueError naming the file when it is malformed."""
+    """A JSON object file's content; a clear ValueError naming the file when it is malformed."""
     try:
-        return json.loads(pathlib.Path(path).read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: malformed JSON ({e})") from None
+        value = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path}: malformed JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def normalize_config(raw: dict, where) -> dict:
@@ -153,6 +157,7 @@ def normalize_config(raw: dict, where) -> dict:
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if not isinstance(cfg.get(key), int) or cfg[key] <= 0:
             raise ValueError(f"{where}: config needs a positive integer {key!r}, got {cfg.get(key)!r}")
+    check_config_values(cfg, where)
     cfg["num_key_value_heads"] = int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
     if cfg["num_attention_heads"] % cfg["num_key_value_heads"]:
         raise ValueError(f"{where}: num_attention_heads={cfg['num_attention_heads']} is not a multiple of "
@@ -172,7 +177,78 @@ def normalize_config(raw: dict, where) -> dict:
     cfg["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
     cfg.setdefault("bos_token_id", None)
     cfg.setdefault("eos_token_id", None)
+    factors = cfg.get("rope_freq_factors")
+    if factors is not None and len(factors) != cfg["head_dim"] // 2:
+        raise ValueError(f"{where}: config rope_freq_factors has {len(factors)} values; head_dim/2 = {cfg['head_dim'] // 2}")
     return cfg
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+SIZE_LIMITS = {"hidden_size": 1 << 17, "intermediate_size": 1 << 20, "num_hidden_layers": 1 << 12,
+               "num_attention_heads": 1 << 12, "num_key_value_heads": 1 << 12, "head_dim": 1 << 12, "vocab_size": 1 << 24}
+
+
+def check_config_values(cfg: dict, where) -> None:
+    """Type and range checks of every config value the runtime reads (None = the default), so a wrong one is a
+    ValueError naming `where` and the key: never an AttributeError deep in the model, nor a silent truthiness
+    ("false" is not False)."""
+    def bad(key, want):
+        raise ValueError(f"{where}: config {key!r} must be {want}, got {cfg.get(key)!r}")
+
+    for key in ("num_key_value_heads", "head_dim", "max_position_embeddings"):
+        if cfg.get(key) is not None and (not _is_int(cfg[key]) or cfg[key] <= 0):
+            bad(key, "a positive integer")
+    for key, top in SIZE_LIMITS.items():  # beyond any real model: a damaged file, not a request for terabytes
+        if _is_int(cfg.get(key)) and cfg[key] > top:
+            bad(key, f"at most {top}")
+    if (cfg.get("max_position_embeddings") or 0) > 1 << 24:
+        bad("max_position_embeddings", "at most 2**24")
+    for key in ("rope_theta", "rms_norm_eps"):
+        if cfg.get(key) is not None and (not _is_number(cfg[key]) or cfg[key] <= 0):
+            bad(key, "a positive finite number")
+    if cfg.get("hidden_act") is not None:
+        from lowbit.model.layers import ACTIVATIONS
+        if not isinstance(cfg["hidden_act"], str) or cfg["hidden_act"] not in ACTIVATIONS:
+            bad("hidden_act", f"one of {', '.join(ACTIVATIONS)}")
+    for key in ("tie_word_embeddings", "attention_bias", "mlp_bias"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], bool) and cfg[key] not in (0, 1):
+            bad(key, "true or false")
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        v = cfg.get(key)
+        ids = v if isinstance(v, list) and key == "eos_token_id" else [v]
+        top = cfg["vocab_size"] if key == "bos_token_id" else 1 << 31  # BOS is fed to the model: it must embed
+        if v is not None and not all(_is_int(i) and 0 <= i < top for i in ids):
+            bad(key, "a token id below vocab_size" if key == "bos_token_id" else "a token id (eos: or a list of them)")
+    architectures = cfg.get("architectures")
+    if architectures is not None and not (isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)):
+        bad("architectures", "a list of strings")
+    for key in ("rope_scaling", "rope_parameters"):
+        scaling = cfg.get(key)
+        if scaling is None:
+            continue
+        if not isinstance(scaling, dict):
+            bad(key, "an object or null")
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
+        if not isinstance(kind, str):
+            raise ValueError(f"{where}: config {key}.rope_type must be a string, got {kind!r}")
+        if "rope_theta" in scaling and (not _is_number(scaling["rope_theta"]) or scaling["rope_theta"] <= 0):
+            raise ValueError(f"{where}: config {key}.rope_theta must be a positive number, got {scaling['rope_theta']!r}")
+        needs = {"linear": ("factor",), "llama3": ("factor", "original_max_position_embeddings")}.get(kind, ())
+        for k in needs + tuple(k for k in ("low_freq_factor", "high_freq_factor") if k in scaling and kind == "llama3"):
+            if not _is_number(scaling.get(k)) or scaling[k] <= 0:
+                raise ValueError(f"{where}: config {key}.{k} must be a positive number, got {scaling.get(k)!r}")
+        if kind == "llama3" and scaling.get("low_freq_factor", 1.0) >= scaling.get("high_freq_factor", 4.0):
+            raise ValueError(f"{where}: config {key} needs low_freq_factor < high_freq_factor")
+    factors = cfg.get("rope_freq_factors")
+    if factors is not None and not (isinstance(factors, list) and all(_is_number(f) and f > 0 for f in factors)):
+        bad("rope_freq_factors", "a list of positive numbers (one per rotary frequency)")
 
 
 def check_shape(where, name: str, got, want) -> None:

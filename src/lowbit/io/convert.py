@@ -106,7 +106,7 @@ def _check_format(name: str, fmt: str) -> None:
 def convert(src, out, format: str = "int4", group_size: int | None = None, lm_head_format: str = "int8",
             embed_format: str = "bf16", overwrite: bool = False, progress: bool = True,
             shard_bytes: int = SHARD_BYTES, ternary_method: str = "absmean",
-            format_options: dict | None = None) -> pathlib.Path:
+            format_options: dict | None = None, calibration=None, calibration_tokens: int = 4096) -> pathlib.Path:
     """Converts a checkpoint (HF folder, .gguf, or lowbit dir) into a lowbit model directory at out.
 
     Args:
@@ -123,6 +123,8 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
             ternary-valued keep their own scale either way.
         format_options: extra quantize() options of `format` (codebook: m, v, b, g, seed, iters); a
             parameterized name such as "codebook-m2v8b8g128" sets them too.
+        calibration: a text file; codebook weights then minimize the error weighted by each input channel's
+            mean x^2 on its first `calibration_tokens` tokens, run through the source model in float32.
     Returns:
         the path of the new directory.
     """
@@ -140,6 +142,14 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
     names = ckpt.tensor_names()
     config = dict(ckpt.config)
     tied = LM_HEAD not in names
+    importance = {}
+    if calibration is not None:
+        if format != "codebook":
+            raise ValueError(f"calibration applies to the codebook format, not {format!r}")
+        from lowbit.io.calibrate import activation_stats
+
+        text = pathlib.Path(calibration).read_text(encoding="utf-8", errors="replace")
+        importance = activation_stats(ckpt, text, tokens=calibration_tokens)
     warned = False
     from tqdm.auto import tqdm
 
@@ -155,7 +165,8 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
                         and not looks_ternary(value)):
                     warnings.warn(COLLAPSE_WARNING.format(fmt=format), UserWarning, stacklevel=2)
                     warned = True
-                writer.add(name, pack(value, format, group_size, ternary_method, format_options))
+                opts = {**format_options, "importance": importance[name]} if name in importance else format_options
+                writer.add(name, pack(value, format, group_size, ternary_method, opts))
             elif name == LM_HEAD:
                 writer.add(name, pack(value, lm_head_format))
             elif name == EMBED:
@@ -171,7 +182,8 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         bar.close()
         if tied:  # the directory now holds its own lm_head
             config["tie_word_embeddings"] = False
-        meta = {"format": format, "group_size": group_size, "format_options": format_options, "lm_head_format": lm_head_format,
+        meta = {"format": format, "group_size": group_size, "format_options": format_options,
+                "calibration": None if calibration is None else [pathlib.Path(calibration).name, calibration_tokens], "lm_head_format": lm_head_format,
                 "embed_format": embed_format, "ternary_method": ternary_method, "source": str(ckpt.path), "source_kind": ckpt.kind,
                 "tied_embeddings": tied or bool(ckpt.config.get("tie_word_embeddings"))}
         return writer.finish(config, tokenizer, meta)

@@ -297,6 +297,8 @@ class GGUFCheckpoint(Checkpoint):
             if n_head:
                 tern, d = unpermute_rows(tern, n_head), unpermute_rows(d, n_head)
             d = d * np.float32(scale)
+            if not np.isfinite(d).all():
+                raise ValueError(f"{self.path}: tensor {t.name!r} has NaN or Inf block scales")
             rows = row_scales_if_uniform(tern, d, QK_K)
             if rows is not None:
                 return TernaryWeight.from_ternary(tern, rows, source=t.tensor_type.name)
@@ -307,6 +309,8 @@ class GGUFCheckpoint(Checkpoint):
             raise ValueError(f"{self.path}: tensor {t.name} has GGUF type {t.tensor_type.name}, "
                              "which the gguf package cannot dequantize") from None
         w = np.ascontiguousarray(w, dtype=np.float32).reshape(shape)
+        if not np.isfinite(w).all():
+            raise ValueError(f"{self.path}: tensor {t.name!r} has NaN or Inf values")
         if scale != 1.0:
             w = w * np.float32(scale)
         return unpermute_rows(w, n_head) if n_head else w

@@ -61,7 +61,8 @@ class HFCheckpoint(Checkpoint):
         for f in self.files:
             for stored in f.keys():
                 self.where[sanitize_name(stored)] = (f, stored)
-        archs = [a.lower() for a in raw.get("architectures") or []]
+        archs = raw.get("architectures")
+        archs = [a.lower() for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
         self.sub_norms = any(n.endswith("attn_sub_norm.weight") for n in self.where)
         if self.sub_norms and raw.get("model_type") == "llama" and any("bitnet" in a for a in archs):
             raw = {**raw, "model_type": "bitnet"}  # 1bitLLM: llama config, BitNet sub-norms, SiLU
@@ -140,7 +141,10 @@ class HFCheckpoint(Checkpoint):
             return np.ascontiguousarray(f.float32(stored)[start:stop])
         f, stored = self.where[name]
         if not self._is_packed(name):
-            return np.ascontiguousarray(f.float32(stored))
+            w = np.ascontiguousarray(f.float32(stored))
+            if not np.isfinite(w).all():
+                raise ValueError(f"{f.path}: tensor {stored!r} has NaN or Inf values")
+            return w
         out_features = expected_shape(self.config, name)[0]
         t = unpack_bitnet(f.raw(stored), out_features)
         ws = f.float32(stored[:-len("weight")] + "weight_scale").reshape(-1).astype(np.float64)

@@ -23,8 +23,10 @@ import uuid
 
 import numpy as np
 
-from lowbit.formats import PackedWeight, from_state
-from lowbit.io.checkpoint import Checkpoint, check_shape, expected_shape, normalize_config, read_json
+from lowbit.formats import FORMATS, PackedWeight, from_state
+from lowbit.io.checkpoint import (
+    Checkpoint, canonical_names, check_shape, expected_shape, normalize_config, read_json,
+)
 from lowbit.io.safetensors_file import SafetensorsFile, SafetensorsStreamWriter
 
 VERSION = 1
@@ -159,11 +161,14 @@ class LowbitCheckpoint(Checkpoint):
         super().__init__(path)
         raw = read_json(self.path / "config.json")
         self.lowbit: dict = raw.get("lowbit") or {}
+        if not isinstance(self.lowbit, dict):
+            raise ValueError(f"{self.path / 'config.json'}: the \"lowbit\" entry must be an object")
         if self.lowbit.get("version") != VERSION:
             raise ValueError(f"{self.path}: lowbit directory version {self.lowbit.get('version')!r} is not {VERSION}; "
                              "re-run lowbit convert")
         self.config = normalize_config({k: v for k, v in raw.items() if k != "lowbit"}, self.path / "config.json")
         self.metas: dict[str, dict] = self.lowbit.get("tensors") or {}
+        self._check_metas()
         self.files = self._open_files()
         self.arrays: dict[str, dict[str, tuple[SafetensorsFile, str]]] = {n: {} for n in self.metas}
         for f in self.files:
@@ -174,6 +179,11 @@ class LowbitCheckpoint(Checkpoint):
                     base, _, part = key.rpartition(".")
                     if base in self.metas:
                         self.arrays[base][part] = (f, key)
+        missing = [n for n in canonical_names(self.config, any(n.endswith("attn_sub_norm.weight") for n in self.metas))
+                   if n not in self.metas]
+        if missing:
+            raise ValueError(f"{self.path / 'config.json'}: the lowbit tensor list lacks {len(missing)} tensors the config "
+                             f"implies, e.g. {missing[:3]}")
         for name, meta in self.metas.items():
             if not self.arrays[name]:
                 raise ValueError(f"{self.path}: tensor {name!r} is listed in config.json but has no arrays in the weights")
@@ -183,6 +193,33 @@ class LowbitCheckpoint(Checkpoint):
                 continue
             got = (meta["M"], meta["K"]) if "format" in meta else tuple(meta["shape"])
             check_shape(self.path, name, got, want)
+
+    def _check_metas(self) -> None:
+        """The per-tensor metadata has the fields and types from_state relies on (a clear error, not a KeyError)."""
+        where = self.path / "config.json"
+        if not isinstance(self.metas, dict):
+            raise ValueError(f"{where}: lowbit.tensors must be an object, got {type(self.metas).__name__}")
+        for name, meta in self.metas.items():
+            if not isinstance(meta, dict):
+                raise ValueError(f"{where}: lowbit.tensors[{name!r}] must be an object, got {meta!r}")
+            if "format" in meta:
+                fmt = meta["format"]
+                if not isinstance(fmt, str) or fmt not in FORMATS:
+                    raise ValueError(f"{where}: tensor {name!r} has unknown format {fmt!r}")
+                for key in ("M", "K", "group"):
+                    v = meta.get(key)
+                    if key == "group" and "group" not in meta:  # formats without groups (floats, rsr)
+                        continue
+                    if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 1 << 31:
+                        raise ValueError(f"{where}: tensor {name!r} needs a positive integer {key!r}, got {v!r}")
+                bits = getattr(FORMATS[fmt], "bits", None)
+                if bits is not None and "bits" in meta and meta["bits"] != bits:
+                    raise ValueError(f"{where}: tensor {name!r} says bits={meta['bits']!r}; format {fmt} has {bits}")
+            else:
+                shape = meta.get("shape")
+                if meta.get("dtype") != "float32" or not isinstance(shape, list) or not all(
+                        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+                    raise ValueError(f"{where}: dense tensor {name!r} needs dtype float32 and an integer shape, got {meta!r}")
 
     def _open_files(self) -> list[SafetensorsFile]:
         index = self.path / INDEX
@@ -207,10 +244,15 @@ class LowbitCheckpoint(Checkpoint):
             raise self._unknown(name)
         arrays = {part: f.raw(key) for part, (f, key) in self.arrays[name].items()}
         if "format" not in meta:
+            if "" not in arrays or arrays[""].dtype != np.float32:
+                raise ValueError(f"{self.path}: dense tensor {name!r} must be stored as one float32 array")
+            if arrays[""].shape != tuple(meta["shape"]):
+                raise ValueError(f"{self.path}: tensor {name!r} has shape {list(arrays[''].shape)}; "
+                                 f"config.json says {meta['shape']}")
             return arrays[""]
         try:
             return from_state(meta, arrays)
-        except (KeyError, ValueError) as e:
+        except (KeyError, ValueError, TypeError, ZeroDivisionError) as e:
             raise ValueError(f"{self.path}: cannot rebuild {name!r} as {meta.get('format')!r} ({e})") from None
 
     def prefault(self) -> None:

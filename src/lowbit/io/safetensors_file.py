@@ -10,6 +10,7 @@ bf16 has no numpy dtype: ``raw`` returns its bits as uint16 and ``float32`` wide
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import pathlib
@@ -68,8 +69,12 @@ class SafetensorsFile:
         try:
             dtype = DTYPES[info["dtype"]]
             begin, end = (int(v) for v in info["data_offsets"])
-            count = int(np.prod(info["shape"], dtype=np.int64))
-        except (KeyError, TypeError, ValueError):
+            shape = info["shape"]
+            if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40
+                                                      for d in shape):
+                raise ValueError("bad shape")
+            count = math.prod(shape)
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise ValueError(f"{self.path}: malformed header entry for tensor {name!r}: {info!r}") from None
         if end > data_size:
             raise ValueError(f"{self.path}: tensor {name!r} ends at byte {end} of a {data_size}-byte data section (file truncated)")

@@ -55,6 +55,27 @@ class Tokenizer:
             if tid is not None and chat_template and tok in chat_template:
                 self.eos_ids.add(tid)
         self._template = None
+        self.source = None  # the file it was read from, for error messages
+
+    def check(self) -> None:
+        """Raises ValueError when the special-token ids or the chat template cannot be used."""
+        n = self.vocab_size
+        for what, ids in (("bos", [self.bos_id]), ("unk", [self.unk_id]), ("pad", [self.pad_id]), ("eos", self.eos_ids)):
+            for i in ids:
+                if i is not None and (not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n):
+                    raise ValueError(f"{what} token id {i!r} is not an id of this {n}-token vocabulary")
+        if self.chat_template is not None:
+            if not isinstance(self.chat_template, str):
+                raise ValueError(f"chat template must be a string, got {type(self.chat_template).__name__}")
+            self._compiled_template()
+
+    def _compiled_template(self):
+        if self._template is None:
+            try:
+                self._template = compile_template(self.chat_template)
+            except Exception as e:  # jinja2's TemplateSyntaxError and friends
+                raise ValueError(f"{self.source or 'tokenizer'}: chat template does not compile ({type(e).__name__}: {e})") from None
+        return self._template
 
     # --- ids ---
     @property
@@ -87,12 +108,14 @@ class Tokenizer:
         """Renders messages ([{"role": ..., "content": ...}]) with the model's jinja2 template, as transformers does."""
         if not self.chat_template:
             raise ValueError("this tokenizer has no chat template; format the prompt yourself (lowbit run)")
-        if self._template is None:
-            self._template = compile_template(self.chat_template)
+        template = self._compiled_template()
         ctx = {"bos_token": self.id_to_token(self.bos_id) or "", "eos_token": self.id_to_token(self.eos_id) or "",
                "unk_token": self.id_to_token(self.unk_id), "pad_token": self.id_to_token(self.pad_id),
                "tools": None, "documents": None, **kwargs}
-        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **ctx)
+        try:
+            return template.render(messages=messages, add_generation_prompt=add_generation_prompt, **ctx)
+        except Exception as e:  # the template's own raise_exception, or a template broken at run time
+            raise ValueError(f"{self.source or 'tokenizer'}: chat template failed ({type(e).__name__}: {e})") from None
 
     # --- files ---
     def save(self, directory) -> None:
@@ -121,6 +144,20 @@ class Tokenizer:
             backend = tokenizers.Tokenizer.from_file(str(tj))
         except Exception as e:
             raise ValueError(f"{tj}: cannot read tokenizer ({e})") from None
+        try:
+            tok = cls._from_parts(d, backend, config)
+            tok.check()
+        except ValueError as e:
+            if str(d) in str(e):
+                raise
+            raise ValueError(f"{tj}: {e}") from None
+        except (TypeError, KeyError, AttributeError, OverflowError) as e:
+            raise ValueError(f"{d}: tokenizer files have a value of the wrong type ({type(e).__name__}: {e})") from None
+        tok.source = tj
+        return tok
+
+    @classmethod
+    def _from_parts(cls, d: pathlib.Path, backend, config: dict | None) -> "Tokenizer":
         tc = _read_json(d / "tokenizer_config.json")
         config = config if config is not None else _read_json(d / "config.json")
         gen = _read_json(d / "generation_config.json")
@@ -154,9 +191,9 @@ def _read_json(p: pathlib.Path) -> dict:
     if not p.is_file():
         return {}
     try:
-        v = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{p}: malformed JSON ({e})") from None
+        v = json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{p}: malformed JSON ({type(e).__name__}: {e})") from None
     return v if isinstance(v, dict) else {}
 
 

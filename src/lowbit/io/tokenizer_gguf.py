@@ -91,7 +91,20 @@ def sentencepiece_bpe(tokens: list[str], scores: list[float], unk: str | None, a
 
 
 def tokenizer_from_gguf(ck) -> Tokenizer:
-    """ck: a GGUFCheckpoint. Raises ValueError for tokenizer models other than gpt2 / llama."""
+    """ck: a GGUFCheckpoint. Raises ValueError naming the file for tokenizer models other than gpt2 / llama and
+    for damaged tokenizer metadata (the tokenizers library raises a bare Exception on some)."""
+    try:
+        tok = _tokenizer_from_gguf(ck)
+        tok.source = ck.path
+        tok.check()
+        return tok
+    except Exception as e:  # noqa: BLE001 - whatever the metadata broke, the user gets the file's name
+        if isinstance(e, ValueError) and str(ck.path) in str(e):
+            raise
+        raise ValueError(f"{ck.path}: damaged GGUF tokenizer metadata ({type(e).__name__}: {e})") from None
+
+
+def _tokenizer_from_gguf(ck) -> Tokenizer:
     model = ck.get("tokenizer.ggml.model")
     tokens = ck.get("tokenizer.ggml.tokens")
     if not tokens:

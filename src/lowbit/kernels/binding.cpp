@@ -285,6 +285,25 @@ LinearRef linear_from_tuple(nb::handle h) {
     L.M = M;
     L.K = K;
     L.bias = bias(7);
+  } else if (kind == "codebook") {  // ("codebook", codes, scale, cbT, cb, M, K, Kp, group, bias|None)
+    auto codes = nb::cast<Arr<const uint8_t, nb::ndim<1>>>(t[1]);
+    auto scale = nb::cast<Arr<const uint16_t, nb::ndim<1>>>(t[2]);
+    auto cbT = nb::cast<Arr<const float, nb::ndim<3>>>(t[3]);
+    auto cb = nb::cast<Arr<const float, nb::ndim<3>>>(t[4]);
+    const int64_t M = nb::cast<int64_t>(t[5]), K = nb::cast<int64_t>(t[6]), Kp = nb::cast<int64_t>(t[7]);
+    const int64_t group = nb::cast<int64_t>(t[8]);
+    const int64_t m = cbT.shape(0), v = cbT.shape(1), nc = cbT.shape(2);
+    require(v >= 1 && Kp % v == 0 && Kp >= K && Kp - K < v && group > 0 && group % v == 0 && nc <= 256,
+            "codebook: Kp, group must be multiples of v and nc <= 256");
+    require(cb.shape(0) == (size_t)m && cb.shape(1) == (size_t)nc && cb.shape(2) == (size_t)v, "codebook: cb must be [m][nc][v]");
+    L.kind = 4;
+    L.cb = CodebookWeights{codes.data(), scale.data(), cbT.data(), cb.data(), M, Kp, group, m, v, nc, (M + 7) / 8,
+                           (Kp + group - 1) / group};
+    require(codes.shape(0) == (size_t)L.cb.codes_bytes(), "codebook: packed codes have the wrong size");
+    require(scale.shape(0) == (size_t)(L.cb.G * L.cb.Mt * 8), "codebook: scales have the wrong size");
+    L.M = M;
+    L.K = K;
+    L.bias = bias(9);
   } else if (kind == "f32" || kind == "bf16") {
     auto w = nb::cast<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu, nb::ndim<2>>>(t[1]);
     require(w.dtype() == (kind == "f32" ? nb::dtype<float>() : nb::dtype<uint16_t>()), "float weight dtype mismatch");

@@ -53,6 +53,9 @@ void codebook_dequant_scalar(const CodebookWeights&, const float*, int64_t, int6
 void codebook_dequant_avx2(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
                            int64_t, float*, int64_t, float*);
 
+// matmul's choice (formats/codebook.py PSUM_MAX_TOKENS): the Psumbook up to this many tokens, else dequantize.
+constexpr int64_t kCodebookPsumMaxTokens = 16;
+
 // The path for the active ISA ("scalar" -> the C++ twin, any SIMD level -> AVX2). psum: the Psumbook
 // kernel, else dequantize-then-multiply. name: the path chosen.
 CodebookKernel codebook_kernel(bool psum, const char** name);

@@ -113,6 +113,15 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
         done[j] = true;
       }
       pool_run(m.tasks(), multi_int_task, &m);
+    } else if (L.kind == 4) {  // float activations, zero-padded to Kp when K is not a multiple of v
+      const float* xp = x;
+      if (L.cb.Kp != L.K) {
+        s.xf.assign(N * L.cb.Kp, 0.f);
+        for (int64_t t = 0; t < N; ++t) std::copy(x + t * L.K, x + (t + 1) * L.K, s.xf.data() + t * L.cb.Kp);
+        xp = s.xf.data();
+      }
+      codebook_run(L.cb, xp, N, ys[i], codebook_kernel(N <= kCodebookPsumMaxTokens, nullptr));
+      done[i] = true;
     } else if (L.kind == 3) {
       const char* path = nullptr;
       tq1_run(L.tq, quantize_input(x, N, L.K, L.tq.Kp, L.tq.group, L.tq.G, s, k), ys[i], tq1_kernel(&path));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common.h"
+#include "codebook.h"
 #include "tq1.h"
 
 namespace lowbit {
@@ -45,9 +46,10 @@ void float_task(void* p, int64_t t);
 
 // A projection as the decoder holds it.
 struct LinearRef {
-  int kind = 0;  // 0 integer codes, 1 f32, 2 bf16, 3 tq1
+  int kind = 0;  // 0 integer codes, 1 f32, 2 bf16, 3 tq1, 4 codebook
   IntWeights iw{};
   TQ1Weights tq{};
+  CodebookWeights cb{};
   FloatWeights fw{};
   const float* bias = nullptr;  // [M] or null
   int64_t M = 0, K = 0;

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit import _native
+from lowbit.formats.codebook import CodebookWeight
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import IntCodeWeight
 from lowbit.formats.rsr import RSRWeight
@@ -29,6 +30,8 @@ def linear_tuple(lin):
                 w.kp, w.group, b)
     if isinstance(w, TQ1Weight):
         return ("tq1", w.codes, w._scale_u16, w.shape[0], w.shape[1], w.kp, w.group, b)
+    if isinstance(w, CodebookWeight):
+        return ("codebook", w.codes, w._scale_u16, w._cbT, w._cb, w.shape[0], w.shape[1], w.kp, w.group, b)
     if isinstance(w, F32Weight):
         return ("f32", np.ascontiguousarray(w.w, np.float32), b)
     if isinstance(w, BF16Weight):
