@@ -59,3 +59,30 @@ def test_e2e_shape_json(capsys):
 def test_bad_arguments_fail_clearly(capsys):
     assert main(["bench", "gemv", "--models", "gpt5"]) == 1
     assert "unknown model shape 'gpt5'" in capsys.readouterr().err
+
+
+def test_rsr_figures_json_table_and_plot(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LOWBIT_CACHE", str(tmp_path))  # the k autotune cache
+    plot = tmp_path / "rsr.png"
+    args = ["bench", "rsr", "--min-n", "8", "--max-n", "9", "--shape", "bitnet-0.7b", "--tokens", "32",
+            "-t", "1", "--min-time", "0.005"]
+    assert main(args + ["--json", "--plot", str(plot)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [(r["n"], r["kind"]) for r in res["fig11"]] == [(256, "binary"), (256, "ternary"), (512, "binary"),
+                                                           (512, "ternary")]
+    assert all(r["numpy_dot_s"] > 0 and r["numpy_rsr_s"] > 0 for r in res["fig11"])
+    assert [r["n"] for r in res["fig4"]] == [256, 512] and all(r["rsr_s"] > 0 and r["rsrpp_s"] > 0 for r in res["fig4"])
+    assert {(r["M"], r["K"]) for r in res["dense"]} == {(1536, 1536), (4096, 1536), (1536, 4096)}
+    assert all(r["N"] == 32 and r["dense_us"] > 0 and r["rsr_us"] > 0 and r["index_bytes"] > 0 for r in res["dense"])
+    assert [r["n"] for r in res["size"]] == [256, 512]
+    assert plot.stat().st_size > 1000
+    assert main(["bench", "rsr", "--parts", "size", "--min-n", "11", "--max-n", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "Index size" in out and "2^16" in out
+
+
+def test_rsr_bad_arguments(capsys):
+    assert main(["bench", "rsr", "--parts", "fig5"]) == 1
+    assert "--parts" in capsys.readouterr().err
+    assert main(["bench", "rsr", "--max-n", "17"]) == 1
+    assert "max-n" in capsys.readouterr().err

@@ -197,7 +197,8 @@ def test_format_state_round_trip_without_copies(rng):
     idx_only = quantize(rng.standard_normal((40, 64)).astype(np.float32), "rsr", k=3, dense=False)
     m2, t2 = idx_only.state()
     assert "dense_codes" not in t2 and from_state(m2, t2).uses_index(1)
-    assert idx_only.nbytes == idx_only.index_nbytes + 40 * 4
+    assert idx_only.nbytes == idx_only.index_nbytes + 40 * 4 == idx_only.decode_nbytes
+    assert pw.decode_nbytes == pw.dense.nbytes < pw.nbytes
     with pytest.raises(ValueError, match="per-group"):
         quantize(np.ones((4, 64), np.float32), "rsr", group_size=32)
     bad = dict(tensors, perm=tensors["perm"] + np.uint16(64))
@@ -235,3 +236,14 @@ def test_default_k_is_fixed_unless_asked(rng, monkeypatch):
     assert quantize(w, "rsr").k == 3
     monkeypatch.setenv("LOWBIT_RSR_K", "analytic")
     assert quantize(w, "rsr").k == analytic_k(12, 40, 3)
+
+
+def test_native_many_token_tiles_every_isa(isa, rng):
+    t = rng.integers(-1, 2, (37, 301))
+    for k in (3, 4):
+        idx = ternary_terms(t, k)[0][1]
+        for n in (150, 257):  # several int8 (128) and float (64) tiles, ragged
+            x = rng.integers(-127, 128, (n, 301))
+            want = (x @ t.T).astype(np.float32)
+            for i8 in (True, False):
+                np.testing.assert_array_equal(native(idx, x, True, i8), want)

@@ -25,6 +25,7 @@ from lowbit.formats import Activations, get_format
 from lowbit.formats.codebook import CodebookWeight, parse_spec
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import ROW_BLOCK, IntCodeWeight, padded_k, resolve_group
+from lowbit.formats.rsr import RSRWeight
 from lowbit.formats.tq1 import TQ1Weight
 from lowbit.formats import tq1 as _tq1
 
@@ -81,6 +82,9 @@ def random_weight(fmt: str, m: int, k: int, rng: np.random.Generator):
         # bf16 bits of +-[1, 2): random mantissas, random signs
         bits = rng.integers(0x3F80, 0x4000, size=(m, k), dtype=np.uint16)
         return BF16Weight(bits | (rng.integers(0, 2, size=(m, k), dtype=np.uint16) << np.uint16(15)))
+    if cls is RSRWeight:  # random ternary values, indexed (k = the format's default) with dense codes beside
+        t = rng.integers(-1, 2, size=(m, k), dtype=np.int8)
+        return RSRWeight.from_ternary(t, rng.uniform(0.01, 0.02, size=m).astype(np.float16).astype(np.float32))
     if cls is TQ1Weight:  # random valid bytes (each one of the 243 codes of 5 trits)
         kp, mb = _tq1.padded_k(k), -(-m // ROW_BLOCK)
         codes = _tq1.VALID_BYTES[rng.integers(0, 243, size=mb * (kp // _tq1.KC) * _tq1.CHUNK_BYTES)]
@@ -115,6 +119,15 @@ def _timer(pw, n_tokens: int, copies: list, rng):
         q, sx, sq = Activations(x).int8(pw.kp, pw.group)
         tuples = [c.native_args() for c in copies]
         return lambda iters: _native.gemm_tq1(tuples, m, pw.kp, pw.group, q, sx, sq, y, iters)[1]
+    if isinstance(pw, RSRWeight):  # through matmul (dense codes or the index, as the model would pick)
+        acts = Activations(x)
+
+        def loop(iters):
+            t0 = time.perf_counter()
+            for i in range(iters):
+                copies[i % len(copies)]._matmul(acts)
+            return time.perf_counter() - t0
+        return loop
     if isinstance(pw, CodebookWeight):
         xp = pw.padded_input(x)
         tuples = [c.native_args() for c in copies]

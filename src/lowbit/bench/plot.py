@@ -37,3 +37,56 @@ def plot_gemv(result: dict, path: str | Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_rsr(result: dict, path: str | Path) -> Path:
+    """`lowbit bench rsr --plot`: Figure 11 and Figure 4 (time vs n, log scales) and RSR++ vs dense per N."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib: pip install matplotlib") from None
+    panels = [p for p in ("fig11", "fig4", "dense") if result.get(p)]
+    if not panels:
+        raise ValueError("nothing to plot: run with --parts including fig11, fig4 or dense")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], panels):
+        rows = result[name]
+        if name == "fig11":
+            for kind in ("binary", "ternary"):
+                rs = [r for r in rows if r["kind"] == kind]
+                ax.plot([r["n"] for r in rs], [r["numpy_rsr_s"] * 1e3 for r in rs], marker="o", label=f"NumPy RSR++ {kind}")
+            rs = [r for r in rows if r["kind"] == "binary"]
+            ax.plot([r["n"] for r in rs], [r["numpy_dot_s"] * 1e3 for r in rs], marker="s", color="black", label="np.dot")
+            ax.set_title("Figure 11: NumPy")
+        elif name == "fig4":
+            ns = [r["n"] for r in rows]
+            for key, label in (("standard_s", "standard (C++)"), ("numpy_dot_s", "np.dot float32"),
+                               ("rsr_s", "RSR (C++)"), ("rsrpp_s", "RSR++ (C++)")):
+                ax.plot(ns, [r[key] * 1e3 for r in rows], marker="o", label=label)
+            ax.set_title("Figure 4: native, binary, one vector")
+        else:
+            for shape in dict.fromkeys((r["M"], r["K"]) for r in rows):
+                rs = [r for r in rows if (r["M"], r["K"]) == shape]
+                line, = ax.plot([r["N"] for r in rs], [r["rsr_gweights_s"] for r in rs], marker="o",
+                                label=f"RSR++ {shape[0]}x{shape[1]}")
+                ax.plot([r["N"] for r in rs], [r["dense_gweights_s"] for r in rs], marker="s", linestyle="--",
+                        color=line.get_color(), label=f"dense {shape[0]}x{shape[1]}")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("tokens N")
+            ax.set_ylabel("G weights x tokens / s")
+            ax.set_title(f"RSR++ vs dense ternary ({rows[0]['shape']})")
+            ax.legend(fontsize=6)
+            continue
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("n")
+        ax.set_ylabel("ms per product")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"lowbit bench rsr, {result['threads']} thread(s), {result['isa']}", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

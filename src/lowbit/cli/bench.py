@@ -1,4 +1,4 @@
-"""`lowbit bench bandwidth|gemv|e2e|serve`: speed against the machine's memory bandwidth."""
+"""`lowbit bench bandwidth|gemv|e2e|serve|rsr`: speed against the machine's memory bandwidth."""
 from __future__ import annotations
 
 import importlib
@@ -7,7 +7,7 @@ import sys
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: bandwidth, gemv, e2e, serve",
+    p = sub.add_parser("bench", help="benchmarks: bandwidth, gemv, e2e, serve, rsr",
                        description="Benchmarks that measure lowbit against this machine's read bandwidth.")
     bsub = p.add_subparsers(dest="bench", metavar="BENCH")
 
@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     g.add_argument("--json", action="store_true", help="print JSON instead of a table")
     g.set_defaults(func=main_gemv)
 
+    importlib.import_module("lowbit.bench.rsr").add_parser(bsub)
     for mod in ("lowbit.bench.e2e", "lowbit.bench.serve"):
         try:
             importlib.import_module(mod).add_parser(bsub)

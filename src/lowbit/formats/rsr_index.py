@@ -76,16 +76,25 @@ class RSRIndex:
             raise ValueError(f"rsr: a digit is >= the base {base}")
         m, kdim = digits.shape
         nblocks = -(-m // k)
-        zero_digit = int(np.argmin(np.abs(values)))
-        padded = np.full((nblocks * k, kdim), zero_digit, np.int64)
-        padded[:m] = digits
-        place = base ** np.arange(k - 1, -1, -1, dtype=np.int64)  # first row of a block most significant
-        keys = np.einsum("bck,c->bk", padded.reshape(nblocks, k, kdim), place)  # [nblocks, K]
-        perm = np.argsort(keys, axis=1, kind="stable").astype(_index_dtype(kdim - 1))
         s = base ** k
+        zero_digit = int(np.argmin(np.abs(values)))
+        perm = np.empty((nblocks, kdim), _index_dtype(kdim - 1))
         seg = np.empty((nblocks, s + 1), _index_dtype(kdim))
-        for i in range(nblocks):  # full segmentation: first sorted position of every key 0..S
-            seg[i] = np.searchsorted(keys[i][perm[i]], np.arange(s + 1), side="left")
+        chunk = max(1, (16 << 20) // (4 * kdim))  # blocks per pass: ~16 MiB of keys
+        for b0 in range(0, nblocks, chunk):
+            b1 = min(nblocks, b0 + chunk)
+            rows = np.full(((b1 - b0) * k, kdim), zero_digit, np.uint8)
+            part = digits[b0 * k:b1 * k]
+            rows[:part.shape[0]] = part
+            rows = rows.reshape(b1 - b0, k, kdim)
+            keys = np.zeros((b1 - b0, kdim), np.uint16)  # < base^k <= 2^16; first row most significant
+            for c in range(k):
+                keys = keys * np.uint16(base) + rows[:, c]
+            perm[b0:b1] = np.argsort(keys, axis=1, kind="stable")  # 16-bit keys: numpy radix-sorts them
+            flat = keys.astype(np.int64) + np.arange(b1 - b0, dtype=np.int64)[:, None] * s
+            counts = np.bincount(flat.ravel(), minlength=(b1 - b0) * s).reshape(b1 - b0, s)  # rows per key
+            seg[b0:b1, 0] = 0
+            seg[b0:b1, 1:] = np.cumsum(counts, axis=1)  # full segmentation: first position of each key
         return cls((m, kdim), k, base, values, perm, seg)
 
     def bin_matrix(self) -> np.ndarray:

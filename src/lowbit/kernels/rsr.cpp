@@ -59,7 +59,7 @@ const RsrKernels& rsr_kernels() {
 }
 
 void rsr_run(const RsrCall& c, const RsrKernels& k) {
-  RsrJob j{&c, &k, std::min<int64_t>(kRsrTile, c.ldx), 0, 0};
+  RsrJob j{&c, &k, std::min<int64_t>(c.i8 ? kRsrTileI8 : kRsrTileF32, c.ldx), 0, 0};
   j.ntiles = (c.ldx + j.tile - 1) / j.tile;
   // About four tasks per thread over blocks (each block is independent: the paper's parallelization).
   const int64_t want = std::max<int64_t>(1, 4 * (int64_t)pool_threads() / j.ntiles);

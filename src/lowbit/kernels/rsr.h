@@ -18,7 +18,8 @@
 namespace lowbit {
 
 constexpr int kRsrMaxBase = 16;
-constexpr int kRsrTile = 64;     // tokens per tile: 8 ymm of floats, 4 ymm of int16
+constexpr int kRsrTileF32 = 64;  // tokens per tile: 8 ymm of float accumulators
+constexpr int kRsrTileI8 = 128;  // 8 ymm of int16 accumulators
 constexpr int kI16Rows = 258;    // 258 * 127 <= INT16_MAX
 
 struct RsrIndex {
@@ -35,7 +36,7 @@ struct RsrIndex {
 };
 
 // One ISA's block kernels: step 1 + step 2 of block blk for nt tokens of xT (already offset to the
-// tile's first token; rows ldx apart; nt = 1, or a multiple of 8 (f32) / 16 (i8) up to kRsrTile).
+// tile's first token; rows ldx apart; nt = 1, or a multiple of 8 (f32) up to kRsrTileF32 / of 16 (i8) up to kRsrTileI8).
 // u: scratch [S][nt]; r: out [k][nt]; c: scratch [K + 1] for one token (nt = 1), where step 1 is a
 // prefix sum along the permutation, C[l] = sum_{l' < l} x[perm[l']], and u[p] = C[seg[p+1]] - C[seg[p]]:
 // no branch per segment (segments average K / S rows, so a loop per segment mispredicts at each exit).

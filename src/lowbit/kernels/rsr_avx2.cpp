@@ -95,7 +95,11 @@ void step1_i8_any(const RsrIndex& ix, int64_t blk, const int8_t* xT, int64_t ldx
     case 16: return step1_i8<P, 1>(ix, blk, xT, ldx, u);
     case 32: return step1_i8<P, 2>(ix, blk, xT, ldx, u);
     case 48: return step1_i8<P, 3>(ix, blk, xT, ldx, u);
-    default: return step1_i8<P, 4>(ix, blk, xT, ldx, u);
+    case 64: return step1_i8<P, 4>(ix, blk, xT, ldx, u);
+    case 80: return step1_i8<P, 5>(ix, blk, xT, ldx, u);
+    case 96: return step1_i8<P, 6>(ix, blk, xT, ldx, u);
+    case 112: return step1_i8<P, 7>(ix, blk, xT, ldx, u);
+    default: return step1_i8<P, 8>(ix, blk, xT, ldx, u);
   }
 }
 
