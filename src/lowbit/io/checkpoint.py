@@ -162,6 +162,9 @@ def normalize_config(raw: dict, where) -> dict:
     if cfg["num_attention_heads"] % cfg["num_key_value_heads"]:
         raise ValueError(f"{where}: num_attention_heads={cfg['num_attention_heads']} is not a multiple of "
                          f"num_key_value_heads={cfg['num_key_value_heads']}")
+    if not cfg.get("head_dim") and cfg["hidden_size"] % cfg["num_attention_heads"]:
+        raise ValueError(f"{where}: hidden_size {cfg['hidden_size']} is not a multiple of num_attention_heads "
+                         f"{cfg['num_attention_heads']}; the config must give head_dim")
     cfg["head_dim"] = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
     rope = cfg.get("rope_parameters") or {}
     cfg["rope_theta"] = float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0)

@@ -68,7 +68,9 @@ class SafetensorsFile:
     def _check_entry(self, name: str, info, data_size: int) -> None:
         try:
             dtype = DTYPES[info["dtype"]]
-            begin, end = (int(v) for v in info["data_offsets"])
+            begin, end = info["data_offsets"]
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (begin, end)):
+                raise ValueError("bad offsets")
             shape = info["shape"]
             if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40
                                                       for d in shape):
