@@ -39,9 +39,16 @@ def test_decode_equals_teacher_forced(format, native):
     got = [m.prefill(IDS[:4])]
     got += [m.decode(t) for t in IDS[4:]]
     assert (m._native is not None) == native
-    if native and format:  # one int8 rounding step apart at most (see test_native_decoder.py)
-        np.testing.assert_allclose(np.stack(got), full[3:], rtol=0, atol=5e-2 * np.abs(full).max())
-        assert (np.stack(got).argmax(1) == full[3:].argmax(1)).all()
+    if format:
+        # Decode (one token, numpy or C++ attention) and the teacher-forced pass (native prefill attention)
+        # sum attention in different orders; an activation that lands within an ulp of an int8 rounding
+        # boundary can then round to a neighbouring code in one of them: one int8 step apart at most,
+        # on a few positions, the top token unchanged (see test_native_decoder.py).
+        got = np.stack(got)
+        np.testing.assert_allclose(got, full[3:], rtol=0, atol=5e-2 * np.abs(full).max())
+        assert (got.argmax(1) == full[3:].argmax(1)).all()
+        close = np.isclose(got, full[3:], rtol=1e-4, atol=1e-4).all(axis=1)
+        assert close.mean() >= 0.75, f"only {close.sum()} of {len(close)} positions agree to 1e-4"
     else:
         np.testing.assert_allclose(np.stack(got), full[3:], rtol=1e-4, atol=1e-4)
 
