@@ -174,7 +174,7 @@ def mutate_json(obj, rnd: random.Random, focus: tuple = ()):
     for _ in range(rnd.randint(1, 3)):
         paths = [p for p in _paths(obj) if p and p[:len(focus)] == focus] or [p for p in _paths(obj) if p]
         if not paths:
-            return rnd.choice(JSON_VALUES)
+            return copy.deepcopy(rnd.choice(JSON_VALUES))
         path = rnd.choice(paths)
         parent = obj
         for k in path[:-1]:
@@ -182,7 +182,7 @@ def mutate_json(obj, rnd: random.Random, focus: tuple = ()):
         key = path[-1]
         op = rnd.randrange(6)
         if op <= 2:
-            parent[key] = rnd.choice(JSON_VALUES)
+            parent[key] = copy.deepcopy(rnd.choice(JSON_VALUES))
         elif op == 3 and isinstance(parent, dict):
             del parent[key]
         elif op == 4 and isinstance(parent, dict):
@@ -190,7 +190,7 @@ def mutate_json(obj, rnd: random.Random, focus: tuple = ()):
         elif isinstance(parent[key], (int, float)) and not isinstance(parent[key], bool):
             parent[key] = rnd.choice((-1, 0, 2, 10, 1000, 0.5)) * parent[key]
         else:
-            parent[key] = rnd.choice(JSON_VALUES)
+            parent[key] = copy.deepcopy(rnd.choice(JSON_VALUES))
     return obj
 
 
@@ -383,7 +383,7 @@ def run(cases: list[tuple[str, int]], seeds: dict, work: pathlib.Path, workers: 
                     done += 1
                 if todo:
                     spawn(i)
-        if progress and busy:
+        if progress and busy and sys.stderr.isatty():
             print(f"\r{done}/{len(cases)} cases, {time.monotonic() - tic:.0f} s", end="", file=sys.stderr, flush=True)
     if progress:
         print(file=sys.stderr)

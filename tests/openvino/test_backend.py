@@ -76,11 +76,13 @@ def as_exported(pw) -> np.ndarray:
     return (pw.unpacked_codes() - zp[:, cols]) * a[:, cols]
 
 
-def test_int4_lowbit_dir_keeps_codes(tmp_path):
-    """An int4 lowbit directory exports its codes as they are: OpenVINO (f32) matches lowbit's f32 path on
-    the same weights (codes, float16 scales, zero points rounded to float16 as the export stores them)."""
-    src = write_tiny_dir(tmp_path / "tiny-int4", fmt="int4")
-    out = export(src, tmp_path / "ov", weights="int4", max_seq_len=32, progress=False)
+@pytest.mark.parametrize("fmt", ["int8", "int4", "int2", "ternary", "binary"])
+def test_lowbit_dir_keeps_codes(tmp_path, fmt):
+    """A lowbit directory exports its codes as they are (u8, u4, u2; 1-bit as u2): OpenVINO (f32) matches
+    lowbit's f32 path on the same weights (codes, float16 scales, zero points rounded to float16 as the
+    export stores them)."""
+    src = write_tiny_dir(tmp_path / f"tiny-{fmt}", fmt=fmt)
+    out = export(src, tmp_path / "ov", weights=fmt, max_seq_len=32, progress=False)
     ck = open_checkpoint(src)
     dense = {}
     for n in ck.tensor_names():

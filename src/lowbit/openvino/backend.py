@@ -25,7 +25,7 @@ from lowbit.model.layers import Rope
 from lowbit.openvino import require_openvino
 from lowbit.openvino.export import read_manifest
 
-DEFAULT_PREFILL_CHUNK = 16
+DEFAULT_PREFILL_CHUNK = 32  # tokens per prefill call: the CPU's compressed FullyConnected costs ~linear in T
 PRECISIONS = ("f32", "bf16", "f16")
 SAME_WEIGHTS = {"bf16": "f16", "tq1": "ternary"}  # lowbit formats without an OpenVINO twin -> the nearest one
 
@@ -57,14 +57,16 @@ class _Pipeline:
                 req.set_input_tensor(i, ov.Tensor(buf, shared_memory=True))
             if kind == "head":
                 out = self.logits
+                self.head_in = x  # [1, T, hidden]: what the head reads
             else:
                 out = x = np.zeros((1, t, hidden), np.float32)
                 self._keep.append(x)
             req.set_output_tensor(0, ov.Tensor(out, shared_memory=True))
             self.requests.append(req)
 
-    def run(self) -> None:
-        for req in self.requests:
+    def run(self, head: bool = True) -> None:
+        """Runs every chunk (without the head when head=False: the caller needs only some rows' logits)."""
+        for req in self.requests if head else self.requests[:-1]:
             req.infer()
 
 
@@ -142,7 +144,7 @@ class OpenVINOModel:
         pipe = self._prefill if n > 1 else self._decode
         outs = []
         for s in range(0, n, pipe.T):
-            rows = self._step(pipe, ids[s:s + pipe.T])
+            rows = self._step(pipe, ids[s:s + pipe.T], all_rows=all_logits)
             if all_logits:
                 outs.append(rows.copy())
         return np.concatenate(outs, axis=0) if all_logits else rows[-1].copy()
@@ -161,8 +163,9 @@ class OpenVINOModel:
             self.reset()
 
     # ---- internals -----------------------------------------------------------------------------
-    def _step(self, pipe: _Pipeline, ids: list[int]) -> np.ndarray:
-        """Runs up to pipe.T tokens at the next positions -> logits rows [len(ids), vocab] (a view)."""
+    def _step(self, pipe: _Pipeline, ids: list[int], all_rows: bool = True) -> np.ndarray:
+        """Runs up to pipe.T tokens at the next positions -> logits rows [len(ids), vocab] (a view), or
+        only the last row [1, vocab] when all_rows is False."""
         self._hold(pipe)
         n, c, scratch = len(ids), self.cache, self.slots - 1
         p = np.arange(c.length, c.length + n)
@@ -175,10 +178,18 @@ class OpenVINOModel:
         slot = np.arange(self.slots)
         pipe.mask[0, 0, :n] = np.where(slot[None, :] <= p[:, None], np.float32(0), np.float32(-np.inf))
         pipe.mask[0, 0, n:] = np.where(slot == scratch, np.float32(0), np.float32(-np.inf))
-        pipe.run()
+        if all_rows or pipe is self._decode:
+            pipe.run()
+            rows = pipe.logits[0, :n]
+        else:  # only the last token's logits: the T = 1 head on that row (the heads are stateless)
+            pipe.run(head=False)
+            dec = self._decode
+            dec.head_in[0, 0] = pipe.head_in[0, n - 1]
+            dec.requests[-1].infer()
+            rows = dec.logits[0, :1]
         c.length += n
         c.tokens.extend(ids)
-        return pipe.logits[0, :n]
+        return rows
 
     def _hold(self, pipe: _Pipeline) -> None:
         """Makes `pipe`'s states hold the cache (copies them from the other pipeline when it ran last)."""
