@@ -135,7 +135,7 @@ def test_native_rejects_bad_input(rng):
         _native.rsr_gemm_i8(idx.perm[:2], idx.seg, 6, 10, 2, 3, idx.values, q, np.ones(1, np.float32), None, 1.0,
                             False, True, y)
     with pytest.raises(ValueError, match="seg must be"):
-        _native.rsr_gemm_i8(idx.perm, idx.seg[:, :5], 6, 10, 2, 3, idx.values, q, np.ones(1, np.float32), None, 1.0,
+        _native.rsr_gemm_i8(idx.perm, np.ascontiguousarray(idx.seg[:, :5]), 6, 10, 2, 3, idx.values, q, np.ones(1, np.float32), None, 1.0,
                             False, True, y)
     with pytest.raises(ValueError, match="int16 bound"):
         _native.rsr_gemm_i8(*args, np.full((1, 10), -128, np.int8), np.ones(1, np.float32), None, 1.0, False, True, y)
@@ -197,7 +197,8 @@ def test_format_state_round_trip_without_copies(rng):
     idx_only = quantize(rng.standard_normal((40, 64)).astype(np.float32), "rsr", k=3, dense=False)
     m2, t2 = idx_only.state()
     assert "dense_codes" not in t2 and from_state(m2, t2).uses_index(1)
-    assert idx_only.nbytes == idx_only.index_nbytes + 40 * 4
+    assert idx_only.nbytes == idx_only.index_nbytes + 40 * 4 == idx_only.decode_nbytes
+    assert pw.decode_nbytes == pw.dense.nbytes < pw.nbytes
     with pytest.raises(ValueError, match="per-group"):
         quantize(np.ones((4, 64), np.float32), "rsr", group_size=32)
     bad = dict(tensors, perm=tensors["perm"] + np.uint16(64))

@@ -59,10 +59,12 @@ def bytes_per_token(model, position: float) -> dict:
     a = model.args
     blocks = lm_head = 0
     for name, lin in model.linears().items():
+        w = lin.weight
+        n = getattr(w, "decode_nbytes", w.nbytes)  # rsr: one token reads only its dense codes
         if name == "lm_head":
-            lm_head += lin.weight.nbytes
+            lm_head += n
         else:
-            blocks += lin.weight.nbytes
+            blocks += n
     itemsize = model.cache.k.dtype.itemsize
     kv = int(2 * a.num_hidden_layers * a.num_key_value_heads * a.head_dim * itemsize * position)
     return {"blocks": int(blocks), "lm_head": int(lm_head), "kv_cache": kv, "total": int(blocks + lm_head + kv)}

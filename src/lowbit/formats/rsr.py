@@ -148,6 +148,11 @@ class RSRWeight(PackedWeight):
     def index_nbytes(self) -> int:
         return self.index.nbytes
 
+    @property
+    def decode_nbytes(self) -> int:
+        """Bytes one token (the dense path, when kept) reads; the whole weight's bytes otherwise."""
+        return self.dense.nbytes if self.dense is not None and self.min_tokens > 1 else self.nbytes
+
     def state(self):
         meta = {"format": self.format, "M": self.shape[0], "K": self.shape[1], "k": self.k, "base": 3,
                 "min_tokens": self.min_tokens, "dense": self.dense is not None, **self.meta_extra}

@@ -27,11 +27,12 @@ from lowbit.formats import FORMATS, PackedWeight, from_state
 from lowbit.io.checkpoint import (
     Checkpoint, canonical_names, check_shape, expected_shape, normalize_config, read_json,
 )
-from lowbit.io.safetensors_file import SafetensorsFile
+from lowbit.io.safetensors_file import SafetensorsFile, SafetensorsStreamWriter
 
 VERSION = 1
 SHARD_BYTES = 1 << 30
 INDEX = "model.safetensors.index.json"
+SHARD_METADATA = {"format": "lowbit"}
 
 
 class OutputExistsError(FileExistsError, ValueError):
@@ -106,8 +107,7 @@ class ModelDirWriter:
         # the pid in the name lets a later writer remove what a killed one left behind (remove_stale_temps)
         self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.tensors: dict[str, dict] = {}
-        self._pending: dict[str, np.ndarray] = {}
-        self._pending_bytes = 0
+        self._shard: SafetensorsStreamWriter | None = None  # the shard being written (straight to disk)
         self._shards: list[tuple[str, list[str]]] = []  # (file name, array names)
         self._done = False
 
@@ -118,11 +118,14 @@ class ModelDirWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self._shard is not None and not self._done:
+            self._shard._f.close()
         if exc_type is not None or not self._done:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def add(self, name: str, value: PackedWeight | np.ndarray) -> None:
-        """Queues one tensor: a PackedWeight (its state arrays) or a dense array (stored float32)."""
+        """Writes one tensor to the current shard: a PackedWeight (its state arrays) or a dense array
+        (stored float32). Nothing is kept in memory; a shard is closed once it holds shard_bytes."""
         if name in self.tensors:
             raise ValueError(f"tensor {name!r} added twice")
         if isinstance(value, PackedWeight):
@@ -134,20 +137,23 @@ class ModelDirWriter:
             arrays = {name: value}
         self.tensors[name] = meta
         for key, a in arrays.items():
-            self._pending[key] = np.ascontiguousarray(a)
-            self._pending_bytes += a.nbytes
-        if self._pending_bytes >= self.shard_bytes:
+            if self._shard is not None and not self._shard.fits(key, a, SHARD_METADATA):
+                self._flush()  # the header room is full: next shard
+            if self._shard is None:
+                fname = f"part-{len(self._shards):05d}.safetensors"
+                self._shard = SafetensorsStreamWriter(self.tmp / fname)
+                self._shards.append((fname, []))
+            self._shard.add(key, a)
+            self._shards[-1][1].append(key)
+        if self._shard is not None and self._shard.nbytes >= self.shard_bytes:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._pending:
+        if self._shard is None:
             return
-        from safetensors.numpy import save_file
-        fname = f"part-{len(self._shards):05d}.safetensors"
-        save_file(self._pending, str(self.tmp / fname), metadata={"format": "lowbit"})
-        os.chmod(self.tmp / fname, 0o644)  # safetensors creates it 0600
-        self._shards.append((fname, list(self._pending)))
-        self._pending, self._pending_bytes = {}, 0
+        self._shard.close(SHARD_METADATA)
+        os.chmod(self._shard.path, 0o644)
+        self._shard = None
 
     def finish(self, config: dict, tokenizer=None, lowbit: dict | None = None) -> pathlib.Path:
         """Writes the last shard, config.json and the tokenizer, then renames the temp folder to OUT."""
