@@ -155,21 +155,21 @@ def _leftovers(tmp_path):
 def test_failure_mid_conversion_leaves_nothing(tmp_path, hf_src, monkeypatch):
     src, _ = hf_src
     from lowbit.io.hf import HFCheckpoint
-    real = HFCheckpoint.load
+    real = HFCheckpoint.load_source  # how convert reads matrices (load() for the rest)
 
     def flaky(self, name):
         if name == "model.layers.1.mlp.up_proj.weight":
             raise RuntimeError("disk on fire")
         return real(self, name)
 
-    monkeypatch.setattr(HFCheckpoint, "load", flaky)
+    monkeypatch.setattr(HFCheckpoint, "load_source", flaky)
     with pytest.raises(RuntimeError, match="disk on fire"):
         convert(src, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
     # a failed --force run keeps the old directory intact
-    monkeypatch.setattr(HFCheckpoint, "load", real)
+    monkeypatch.setattr(HFCheckpoint, "load_source", real)
     convert(src, tmp_path / "out", format="int8", progress=False)
-    monkeypatch.setattr(HFCheckpoint, "load", flaky)
+    monkeypatch.setattr(HFCheckpoint, "load_source", flaky)
     with pytest.raises(RuntimeError):
         convert(src, tmp_path / "out", format="int2", overwrite=True, progress=False)
     assert open_checkpoint(tmp_path / "out").lowbit["format"] == "int8" and _leftovers(tmp_path) == []

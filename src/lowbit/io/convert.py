@@ -8,7 +8,11 @@ What goes where:
     lm_head (or, when tied, a copy of the embedding)    -> `lm_head_format`
     model.embed_tokens                                  -> `embed_format` (bf16: the runtime gathers rows)
     norms                                               -> float32
-Peak memory: one source tensor in float32 plus the packed output waiting for its shard (<= 1 GiB).
+Streaming, with a memory bound: float matrices are read as stored (f16/bf16/f32 views of the mmapped source,
+SourceRows) and quantized natively row block by row block, each packed tensor goes straight to the shard
+file on disk (ModelDirWriter keeps nothing), the bf16 embedding is converted in row chunks. Peak memory
+stays within about the largest tensor in float32 (a source that must be dequantized: GGUF Q4_K...) plus
+its packed output, whatever the model's size (`lowbit bench convert` measures it).
 """
 from __future__ import annotations
 
@@ -18,12 +22,15 @@ import warnings
 import numpy as np
 
 from lowbit.formats import FORMATS, PackedWeight, parse_format, quantize
+from lowbit.formats.base import SourceRows
+from lowbit.formats.floats import BF16Weight, f32_to_bf16_bits
 from lowbit.formats.intcodes import GROUP_ALIGN
 from lowbit.formats.ternary import METHODS, TernaryWeight, is_ternary_valued
-from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear, open_checkpoint
+from lowbit.io.checkpoint import EMBED, LM_HEAD, expected_shape, is_linear, open_checkpoint
 from lowbit.io.modeldir import SHARD_BYTES, ModelDirWriter
 
 LOW_BIT = ("ternary", "tq1", "binary", "rsr")
+NATIVE_FROM_SOURCE = ("int8", "int4", "int2", "ternary", "tq1", "binary")  # quantize() reads SourceRows
 COLLAPSE_WARNING = ("converting float weights to {fmt}: expect the model's quality to collapse unless it was "
                     "trained for it (BitNet b1.58 / ParetoQ-style quantization-aware training)")
 
@@ -36,6 +43,11 @@ def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = No
     otherwise it is dequantized and quantized again (ternary-valued floats keep their scale exactly;
     a ternary source that the target cannot hold exactly, e.g. TQ2_0's per-256 scales in tq1, warns).
     """
+    if isinstance(value, SourceRows):  # a float matrix as stored (f32/f16/bf16 view of the source file)
+        if fmt == "bf16":
+            return BF16Weight(bf16_from_source(value))
+        elif fmt not in NATIVE_FROM_SOURCE:
+            value = value.float32()
     source_ternary = isinstance(value, TernaryWeight)
     if isinstance(value, PackedWeight):
         if isinstance(value, TernaryWeight) and fmt == "tq1" and group_size is None and value.ngroups == 1:
@@ -60,6 +72,30 @@ def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = No
         warnings.warn(f"a ternary weight {list(value.shape)} could not be stored exactly in {fmt} "
                       f"(group_size={group_size}); it was re-ternarized with {ternary_method}", UserWarning, stacklevel=3)
     return packed
+
+
+def bf16_from_source(src: SourceRows, chunk_rows: int = 4096) -> np.ndarray:
+    """uint16 bf16 bits [M, K] of src, converted in row chunks (never the whole matrix in float32)."""
+    if src.kind == "bf16" and src.rows is None:
+        return src.data  # already bf16: the file's own bits
+    out = np.empty(src.shape, np.uint16)
+    for start in range(0, src.shape[0], chunk_rows):
+        out[start:start + chunk_rows] = f32_to_bf16_bits(src.float32(start, start + chunk_rows))
+    return out
+
+
+def looks_ternary(value) -> bool:
+    """is_ternary_valued on a float matrix; for a SourceRows, on its first rows (only the warning uses it)."""
+    if isinstance(value, SourceRows):
+        return is_ternary_valued(value.float32(0, 256))
+    return isinstance(value, np.ndarray) and is_ternary_valued(value)
+
+
+def n_weights(config: dict, name: str) -> int:
+    try:
+        return int(np.prod(expected_shape(config, name)))
+    except KeyError:
+        return 0
 
 
 def _check_format(name: str, fmt: str) -> None:
@@ -118,13 +154,15 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
     from tqdm.auto import tqdm
 
     with ModelDirWriter(out, overwrite=overwrite, shard_bytes=shard_bytes) as writer:
-        bar = tqdm(total=len(names) + tied, desc=f"lowbit convert -> {format}", unit="tensor", disable=not progress)
+        # progress in weights (unit_scale: "M weight/s" is the conversion rate)
+        total = sum(n_weights(config, n) for n in names) + (n_weights(config, EMBED) if tied else 0)
+        bar = tqdm(total=total, desc=f"lowbit convert -> {format}", unit="weight", unit_scale=True, disable=not progress)
         for name in names:
             bar.set_postfix_str(name, refresh=False)
-            value = ckpt.load(name)
+            value = ckpt.load_source(name) if name == EMBED or name == LM_HEAD or is_linear(name) else ckpt.load(name)
             if is_linear(name):
                 if (format in LOW_BIT and not warned and not isinstance(value, TernaryWeight)
-                        and not (isinstance(value, np.ndarray) and is_ternary_valued(value))):
+                        and not looks_ternary(value)):
                     warnings.warn(COLLAPSE_WARNING.format(fmt=format), UserWarning, stacklevel=2)
                     warned = True
                 opts = {**format_options, "importance": importance[name]} if name in importance else format_options
@@ -135,12 +173,12 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
                 writer.add(name, pack(value, embed_format))
                 if tied:
                     writer.add(LM_HEAD, pack(value, lm_head_format))
-                    bar.update()
+                    bar.update(n_weights(config, EMBED))
             else:
                 dense = value.dequantize() if isinstance(value, PackedWeight) else value
                 writer.add(name, np.asarray(dense, np.float32))
             del value
-            bar.update()
+            bar.update(n_weights(config, name))
         bar.close()
         if tied:  # the directory now holds its own lm_head
             config["tie_word_embeddings"] = False

@@ -265,6 +265,22 @@ class GGUFCheckpoint(Checkpoint):
             w = w - np.float32(1.0)
         return w
 
+    def load_source(self, name: str):
+        """F32/F16/BF16 matrices as SourceRows over the mmapped data (Q/K un-permuted by a row index)."""
+        from lowbit.formats.base import SourceRows
+
+        t = self.tensors.get(name)
+        kind = {"F32": "f32", "F16": "f16", "BF16": "bf16"}.get(t.tensor_type.name) if t is not None else None
+        shape = expected_shape(self.config, name) if kind else ()
+        if (kind is None or len(shape) != 2 or name in self.parts or name in self.scales
+                or (self.arch == "gemma2" and name.endswith("norm.weight"))):
+            return self.load(name)
+        data = np.asarray(t.data)
+        data = data.view({"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[kind]).reshape(shape)
+        n_head = self._n_head(name)
+        rows = unpermute_rows(np.arange(shape[0]), n_head) if n_head else None
+        return SourceRows(data, kind, rows)
+
     def _load(self, name: str):
         from gguf import quants
         t = self.tensors[name]

@@ -156,6 +156,18 @@ class HFCheckpoint(Checkpoint):
         scale = np.broadcast_to(scale.astype(np.float32).reshape(-1, 1), (out_features, 1))
         return TernaryWeight.from_ternary(t, np.ascontiguousarray(scale), source="bitnet-packed")
 
+    def load_source(self, name: str):
+        """F32/F16/BF16 matrices as SourceRows over the mmapped file (no float32 copy)."""
+        from lowbit.formats.base import SourceRows
+
+        if name not in self._names or name in self.parts or self._is_packed(name):
+            return self.load(name)
+        f, stored = self.where[name]
+        kind = {"F32": "f32", "F16": "f16", "BF16": "bf16"}.get(f.dtype(stored))
+        if kind is None or len(f.shape(stored)) != 2:
+            return self.load(name)
+        return SourceRows(f.raw(stored), kind)
+
     def tokenizer(self):
         from lowbit.io.tokenizer import Tokenizer
         return Tokenizer.from_hf_dir(self.path, self.config)

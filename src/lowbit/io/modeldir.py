@@ -27,11 +27,12 @@ from lowbit.formats import FORMATS, PackedWeight, from_state
 from lowbit.io.checkpoint import (
     Checkpoint, canonical_names, check_shape, expected_shape, normalize_config, read_json,
 )
-from lowbit.io.safetensors_file import SafetensorsFile
+from lowbit.io.safetensors_file import SafetensorsFile, SafetensorsStreamWriter
 
 VERSION = 1
 SHARD_BYTES = 1 << 30
 INDEX = "model.safetensors.index.json"
+SHARD_METADATA = {"format": "lowbit"}
 
 
 class OutputExistsError(FileExistsError, ValueError):
@@ -44,6 +45,46 @@ def is_lowbit_dir(path) -> bool:
         return cfg.is_file() and "lowbit" in json.loads(cfg.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         return False
+
+
+def fsync_dir(d: pathlib.Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(d: pathlib.Path) -> None:
+    """fsyncs every file in folder d, then d itself."""
+    for f in d.iterdir():
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    fsync_dir(d)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(out: pathlib.Path) -> None:
+    """Removes .OUT.tmp-PID-* / .OUT.old-PID-* folders left next to OUT by writers that were killed
+    (their process is gone); a live writer's folders are left alone."""
+    for p in out.parent.glob(f".{out.name}.*-*-*"):
+        kind, _, rest = p.name[len(out.name) + 2:].partition("-")
+        pid = rest.split("-", 1)[0]
+        if kind in ("tmp", "old") and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 class ModelDirWriter:
@@ -63,24 +104,28 @@ class ModelDirWriter:
             if not is_lowbit_dir(self.out):
                 raise OutputExistsError(f"{self.out} exists and is not a lowbit model directory; refusing to replace it")
         self.shard_bytes = int(shard_bytes)
-        self.tmp = self.out.parent / f".{self.out.name}.tmp-{uuid.uuid4().hex[:8]}"
+        # the pid in the name lets a later writer remove what a killed one left behind (remove_stale_temps)
+        self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.tensors: dict[str, dict] = {}
-        self._pending: dict[str, np.ndarray] = {}
-        self._pending_bytes = 0
+        self._shard: SafetensorsStreamWriter | None = None  # the shard being written (straight to disk)
         self._shards: list[tuple[str, list[str]]] = []  # (file name, array names)
         self._done = False
 
     def __enter__(self) -> "ModelDirWriter":
         self.out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(self.out)
         self.tmp.mkdir()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self._shard is not None and not self._done:
+            self._shard._f.close()
         if exc_type is not None or not self._done:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def add(self, name: str, value: PackedWeight | np.ndarray) -> None:
-        """Queues one tensor: a PackedWeight (its state arrays) or a dense array (stored float32)."""
+        """Writes one tensor to the current shard: a PackedWeight (its state arrays) or a dense array
+        (stored float32). Nothing is kept in memory; a shard is closed once it holds shard_bytes."""
         if name in self.tensors:
             raise ValueError(f"tensor {name!r} added twice")
         if isinstance(value, PackedWeight):
@@ -92,20 +137,23 @@ class ModelDirWriter:
             arrays = {name: value}
         self.tensors[name] = meta
         for key, a in arrays.items():
-            self._pending[key] = np.ascontiguousarray(a)
-            self._pending_bytes += a.nbytes
-        if self._pending_bytes >= self.shard_bytes:
+            if self._shard is not None and not self._shard.fits(key, a, SHARD_METADATA):
+                self._flush()  # the header room is full: next shard
+            if self._shard is None:
+                fname = f"part-{len(self._shards):05d}.safetensors"
+                self._shard = SafetensorsStreamWriter(self.tmp / fname)
+                self._shards.append((fname, []))
+            self._shard.add(key, a)
+            self._shards[-1][1].append(key)
+        if self._shard is not None and self._shard.nbytes >= self.shard_bytes:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._pending:
+        if self._shard is None:
             return
-        from safetensors.numpy import save_file
-        fname = f"part-{len(self._shards):05d}.safetensors"
-        save_file(self._pending, str(self.tmp / fname), metadata={"format": "lowbit"})
-        os.chmod(self.tmp / fname, 0o644)  # safetensors creates it 0600
-        self._shards.append((fname, list(self._pending)))
-        self._pending, self._pending_bytes = {}, 0
+        self._shard.close(SHARD_METADATA)
+        os.chmod(self._shard.path, 0o644)
+        self._shard = None
 
     def finish(self, config: dict, tokenizer=None, lowbit: dict | None = None) -> pathlib.Path:
         """Writes the last shard, config.json and the tokenizer, then renames the temp folder to OUT."""
@@ -127,6 +175,7 @@ class ModelDirWriter:
         (self.tmp / "config.json").write_text(json.dumps(cfg, indent=2))
         if tokenizer is not None:
             tokenizer.save(self.tmp)
+        fsync_tree(self.tmp)  # every byte on disk before the rename makes the directory visible
         self._commit()
         self._done = True
         return self.out
@@ -134,7 +183,7 @@ class ModelDirWriter:
     def _commit(self) -> None:
         old = None
         if self.out.exists():
-            old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:8]}"
+            old = self.out.parent / f".{self.out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             os.rename(self.out, old)
         try:
             os.rename(self.tmp, self.out)
@@ -142,6 +191,7 @@ class ModelDirWriter:
             if old is not None:
                 os.rename(old, self.out)
             raise
+        fsync_dir(self.out.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 

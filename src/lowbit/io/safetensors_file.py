@@ -139,3 +139,62 @@ class SafetensorsFile:
         if self.dtype(name) == "BF16":
             return bf16_to_f32(a)
         return a if a.dtype == np.float32 else a.astype(np.float32)
+
+
+NUMPY_TO_ST = {np.dtype("<f8"): "F64", np.dtype("<f4"): "F32", np.dtype("<f2"): "F16", np.dtype("<i8"): "I64",
+               np.dtype("<i4"): "I32", np.dtype("<i2"): "I16", np.dtype("i1"): "I8", np.dtype("<u8"): "U64",
+               np.dtype("<u4"): "U32", np.dtype("<u2"): "U16", np.dtype("u1"): "U8", np.dtype("?"): "BOOL"}
+
+
+class SafetensorsStreamWriter:
+    """Writes a .safetensors file one array at a time, straight to disk (nothing is held in memory).
+
+    The header goes first in the format, so room for it is reserved up front and filled at close(),
+    padded with spaces (the format allows trailing whitespace in the header). fits(key, shape) says
+    whether one more entry still fits in that room.
+
+        w = SafetensorsStreamWriter(path); w.add("x", arr); ...; w.close({"format": "lowbit"})
+    """
+
+    def __init__(self, path, header_room: int = 1 << 18, dtypes: dict[str, str] | None = None):
+        self.path = pathlib.Path(path)
+        self.room = int(header_room) // 8 * 8  # data starts 8-byte aligned
+        self.entries: dict[str, dict] = {}
+        self.offset = 0
+        self._f = open(self.path, "wb")
+        self._f.write(b"\0" * (8 + self.room))
+
+    def _entry(self, arr: np.ndarray, dtype: str | None = None) -> dict:
+        st = dtype or NUMPY_TO_ST.get(arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype)
+        if st is None:
+            raise ValueError(f"{self.path}: dtype {arr.dtype} cannot be stored in safetensors")
+        return {"dtype": st, "shape": [int(s) for s in arr.shape], "data_offsets": [self.offset, self.offset + arr.nbytes]}
+
+    def _header(self, metadata=None, extra: dict | None = None) -> bytes:
+        h = {"__metadata__": metadata or {}, **self.entries, **(extra or {})}
+        return json.dumps(h, separators=(",", ":")).encode()
+
+    def fits(self, key: str, arr: np.ndarray, metadata=None) -> bool:
+        return len(self._header(metadata, {key: self._entry(arr)})) <= self.room
+
+    def add(self, key: str, arr: np.ndarray, dtype: str | None = None) -> None:
+        if key in self.entries:
+            raise ValueError(f"{self.path}: array {key!r} written twice")
+        arr = np.ascontiguousarray(arr)
+        self.entries[key] = self._entry(arr, dtype)
+        self._f.write(memoryview(arr.reshape(-1).view(np.uint8)))
+        self.offset += arr.nbytes
+
+    @property
+    def nbytes(self) -> int:
+        return self.offset
+
+    def close(self, metadata: dict | None = None) -> None:
+        header = self._header(metadata)
+        if len(header) > self.room:
+            self._f.close()
+            raise ValueError(f"{self.path}: header of {len(header)} bytes exceeds the {self.room} reserved")
+        self._f.seek(0)
+        self._f.write(self.room.to_bytes(8, "little"))
+        self._f.write(header + b" " * (self.room - len(header)))
+        self._f.close()
