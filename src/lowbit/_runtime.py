@@ -21,7 +21,7 @@ def _init() -> None:
         if n < 1:
             raise RuntimeError(f"LOWBIT_THREADS must be a positive integer, got {env!r}")
     else:
-        n = _native.physical_cores()
+        n = _native.default_threads()  # physical cores in the affinity mask, capped by the cgroup quota
     _native.set_threads(n)
 
 

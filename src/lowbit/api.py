@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -102,6 +103,8 @@ def resolve_model_dir(src, format: str = "int4", group_size: int | None = None, 
         return p
     settings = conversion_settings(format, group_size, lm_head_format, embed_format)
     out = cache_dir_for(p, **settings)
+    if out.exists() and not cache_entry_loads(out):
+        shutil.rmtree(out, ignore_errors=True)  # ours (inside the cache): rebuilt below, never trusted
     if not (out.is_dir() and is_lowbit_dir(out)):
         from lowbit.io.convert import convert
 
@@ -113,6 +116,23 @@ def resolve_model_dir(src, format: str = "int4", group_size: int | None = None, 
             stats.convert_peak_gb = peak_rss_gb()
             reset_peak_rss()  # generation's peak is reported apart from the conversion's
     return out
+
+
+def cache_entry_loads(out: pathlib.Path) -> bool:
+    """True when the cached conversion at out opens (metadata, shard headers and sizes, every tensor rebuilt);
+    else warns that it is rebuilt."""
+    import warnings
+
+    from lowbit.io.modeldir import LowbitCheckpoint
+
+    try:
+        ck = LowbitCheckpoint(out)
+        for name in ck.tensor_names():
+            ck.load(name)
+        return True
+    except (ValueError, OSError, KeyError) as e:
+        warnings.warn(f"cache entry {out} fails to load ({e}); rebuilding it", UserWarning, stacklevel=3)
+        return False
 
 
 def model_from_checkpoint(ck, max_context: int | None = None, format: str | None = None) -> Model:

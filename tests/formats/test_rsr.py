@@ -135,7 +135,7 @@ def test_native_rejects_bad_input(rng):
         _native.rsr_gemm_i8(idx.perm[:2], idx.seg, 6, 10, 2, 3, idx.values, q, np.ones(1, np.float32), None, 1.0,
                             False, True, y)
     with pytest.raises(ValueError, match="seg must be"):
-        _native.rsr_gemm_i8(idx.perm, idx.seg[:, :5], 6, 10, 2, 3, idx.values, q, np.ones(1, np.float32), None, 1.0,
+        _native.rsr_gemm_i8(idx.perm, np.ascontiguousarray(idx.seg[:, :5]), 6, 10, 2, 3, idx.values, q, np.ones(1, np.float32), None, 1.0,
                             False, True, y)
     with pytest.raises(ValueError, match="int16 bound"):
         _native.rsr_gemm_i8(*args, np.full((1, 10), -128, np.int8), np.ones(1, np.float32), None, 1.0, False, True, y)

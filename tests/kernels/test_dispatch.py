@@ -75,7 +75,7 @@ def test_f16_conversion_matches_numpy(isa, rng):
 
     x = np.concatenate([rng.standard_normal(1000).astype(np.float32) * 10.0 ** rng.integers(-8, 5, 1000),
                         np.array([0.0, -0.0, 65504.0, 65519.0, 65520.0, 1e9, -1e9, 6e-8, 3e-8, 2.98e-8,
-                                  1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, np.inf, -np.inf], np.float32)])
+                                  1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, np.inf, -np.inf], np.float32)]).astype(np.float32)
     out = np.empty(x.size, np.uint16)
     _native.f32_to_f16(x, out)
     with np.errstate(over="ignore"):  # values past 65504 round to inf on purpose

@@ -92,12 +92,10 @@ def test_bitnet_is_a_flag():
         Model.from_weights(tiny_config(model_type="bitnet"), dummy_weights(tiny_config()))
 
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-
 @pytest.mark.parametrize("arch", ["llama", "llama3-rope", "bitnet"])
 def test_matches_transformers(arch):
+    torch = pytest.importorskip("torch")  # here, not at module level: the tests above need no torch
+    transformers = pytest.importorskip("transformers")
     """Same float weights in transformers and lowbit's f32 path: logits agree to float32 rounding."""
     kw = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
               vocab_size=120, max_position_embeddings=128, tie_word_embeddings=arch != "llama", rope_theta=500000.0,

@@ -68,3 +68,36 @@ def test_native_prefill_attention_matches_numpy(isa, fmt, monkeypatch):
     tol = 1e-5 if fmt == "f32" else 5e-2  # int8: one activation may round one step apart (see above)
     np.testing.assert_allclose(native, ref, rtol=0, atol=tol * np.abs(ref).max())
     assert (np.argmax(native, axis=1) == np.argmax(ref, axis=1)).all()
+
+
+FAMILY_EXTRAS = {  # config overrides that switch on each family's ops in the native step
+    "qwen2": {},  # q/k/v biases
+    "qwen3": {"head_dim": 48},  # per-head q/k norms
+    "mistral": {"sliding_window": 5},
+    "phi3": {"sliding_window": 6, "original_max_position_embeddings": 16,
+             "rope_scaling": {"rope_type": "longrope", "short_factor": [1.5] * 16, "long_factor": [3.0] * 16}},
+    "gemma2": {"sliding_window": 4, "attn_logit_softcapping": 1.5, "final_logit_softcapping": 5.0,
+               "query_pre_attn_scalar": 24, "hidden_activation": "gelu_pytorch_tanh"},
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILY_EXTRAS))
+@pytest.mark.parametrize("fmt", ["f32", "int8"])
+def test_native_decode_families(isa, family, fmt):
+    """The family ops of the native step (q/k norms, windows, soft-caps, post norms, GELU, query scale)
+    against the numpy twin on every ISA, past the windows (positions up to 11 > window)."""
+    cfg = {**config(family), "hidden_act": "silu", **FAMILY_EXTRAS[family]}
+    model = Model.from_weights(cfg, dummy_weights(cfg, std=0.2), format=fmt, max_context=16)
+    native = NativeDecoder.build(model)
+    assert isinstance(native, NativeDecoder), native
+    prompt, steps = [1, 2, 3, 4, 5], [7, 8, 9, 299, 17, 33]
+    model.prefill(prompt)
+    ref = [model.decode_python(t) for t in steps]
+    model.reset()
+    model.prefill(prompt)
+    got = [model.decode(t) for t in steps]
+    errs = sorted(float(np.abs(g - r).max() / np.abs(r).max()) for r, g in zip(ref, got))
+    if fmt == "f32":
+        assert errs[-1] < 1e-5, errs
+    else:
+        assert errs[len(errs) // 2] < 1e-4 and errs[-1] < 5e-2, errs

@@ -29,11 +29,22 @@ def padded_k(k: int) -> int:
     return -(-k // K_ALIGN) * K_ALIGN
 
 
+# The kernels' int32 accumulators sum up to group * max code * 127 per group, which must stay below 2^31:
+# 65536 * 255 * 127 < 2^31, so "one group per row" means rows of at most 65536 k; longer rows get groups
+# of 65536, and no format's default group can overflow for any K.
+MAX_ROW_GROUP = 65536
+
+
+def max_group(bits: int) -> int:
+    """The largest group whose int32 accumulator cannot overflow with `bits`-bit codes and int8 activations."""
+    return ((1 << 31) - 1) // (((1 << bits) - 1) * 127)
+
+
 def resolve_group(group_size: int | None, k: int) -> int:
-    """None -> one group per row (Kp); else a positive multiple of 32 (clamped to Kp)."""
+    """None -> one group per row (Kp, at most MAX_ROW_GROUP); else a positive multiple of 32 (clamped to Kp)."""
     kp = padded_k(k)
     if group_size is None or group_size <= 0 or group_size >= kp:
-        return kp
+        return min(kp, MAX_ROW_GROUP)
     if group_size % GROUP_ALIGN:
         raise ValueError(f"group size must be a multiple of {GROUP_ALIGN} (or omitted for one scale per row), got {group_size}")
     return int(group_size)
@@ -147,6 +158,10 @@ class IntCodeWeight(PackedWeight):
             raise ValueError(f"{self.format}: packed codes have {codes.size} bytes, expected {mb * self.kp * ROW_BLOCK * self.bits // 8}")
         if scale.dtype != np.float16 or scale.size != mb * self.ngroups * ROW_BLOCK:
             raise ValueError(f"{self.format}: scales must be float16 of {mb * self.ngroups * ROW_BLOCK} values")
+        if min(self.group, self.kp) > max_group(self.bits):
+            raise ValueError(f"{self.format}: group {self.group} overflows the int32 accumulators of {self.bits}-bit codes "
+                             f"(group * {(1 << self.bits) - 1} * 127 must stay below 2^31): use groups of at most "
+                             f"{max_group(self.bits)}")
         if offset is None and self.zc is None:
             raise ValueError(f"{self.format}: offsets are required")
         if offset is not None and (offset.dtype != np.float16 or offset.size != scale.size):

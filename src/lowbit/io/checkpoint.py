@@ -166,6 +166,9 @@ def normalize_config(raw: dict, where) -> dict:
         raise ValueError(f"{where}: hidden_size {cfg['hidden_size']} is not a multiple of num_attention_heads "
                          f"{cfg['num_attention_heads']}; the config must give head_dim")
     cfg["head_dim"] = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+    if cfg["head_dim"] <= 0 or (not raw.get("head_dim") and cfg["hidden_size"] % cfg["num_attention_heads"]):
+        raise ValueError(f"{where}: hidden_size {cfg['hidden_size']} is not a multiple of num_attention_heads "
+                         f"{cfg['num_attention_heads']} and the config gives no positive head_dim")
     rope = cfg.get("rope_parameters") or {}
     cfg["rope_theta"] = float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0)
     scaling = cfg.get("rope_scaling")

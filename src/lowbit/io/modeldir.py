@@ -47,6 +47,46 @@ def is_lowbit_dir(path) -> bool:
         return False
 
 
+def fsync_dir(d: pathlib.Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(d: pathlib.Path) -> None:
+    """fsyncs every file in folder d, then d itself."""
+    for f in d.iterdir():
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    fsync_dir(d)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(out: pathlib.Path) -> None:
+    """Removes .OUT.tmp-PID-* / .OUT.old-PID-* folders left next to OUT by writers that were killed
+    (their process is gone); a live writer's folders are left alone."""
+    for p in out.parent.glob(f".{out.name}.*-*-*"):
+        kind, _, rest = p.name[len(out.name) + 2:].partition("-")
+        pid = rest.split("-", 1)[0]
+        if kind in ("tmp", "old") and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 class ModelDirWriter:
     """Streams tensors into a lowbit model directory.
 
@@ -64,7 +104,8 @@ class ModelDirWriter:
             if not is_lowbit_dir(self.out):
                 raise OutputExistsError(f"{self.out} exists and is not a lowbit model directory; refusing to replace it")
         self.shard_bytes = int(shard_bytes)
-        self.tmp = self.out.parent / f".{self.out.name}.tmp-{uuid.uuid4().hex[:8]}"
+        # the pid in the name lets a later writer remove what a killed one left behind (remove_stale_temps)
+        self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.tensors: dict[str, dict] = {}
         self._shard: SafetensorsStreamWriter | None = None  # the shard being written (straight to disk)
         self._shards: list[tuple[str, list[str]]] = []  # (file name, array names)
@@ -72,6 +113,7 @@ class ModelDirWriter:
 
     def __enter__(self) -> "ModelDirWriter":
         self.out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(self.out)
         self.tmp.mkdir()
         return self
 
@@ -133,6 +175,7 @@ class ModelDirWriter:
         (self.tmp / "config.json").write_text(json.dumps(cfg, indent=2))
         if tokenizer is not None:
             tokenizer.save(self.tmp)
+        fsync_tree(self.tmp)  # every byte on disk before the rename makes the directory visible
         self._commit()
         self._done = True
         return self.out
@@ -140,7 +183,7 @@ class ModelDirWriter:
     def _commit(self) -> None:
         old = None
         if self.out.exists():
-            old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:8]}"
+            old = self.out.parent / f".{self.out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             os.rename(self.out, old)
         try:
             os.rename(self.tmp, self.out)
@@ -148,6 +191,7 @@ class ModelDirWriter:
             if old is not None:
                 os.rename(old, self.out)
             raise
+        fsync_dir(self.out.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 

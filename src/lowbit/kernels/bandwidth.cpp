@@ -17,12 +17,13 @@ std::atomic<uint64_t> g_sink{0};
 struct ReadCtx {
   const uint8_t* buf;
   int64_t bytes;
+  const KernelTable* k;
 };
 
 void read_task(void* p, int64_t t) {
   const ReadCtx& c = *static_cast<const ReadCtx*>(p);
   const int64_t n = std::min<int64_t>(kTask, c.bytes - t * kTask) / 256 * 256;
-  g_sink.fetch_add(active_kernels().read(c.buf + t * kTask, n), std::memory_order_relaxed);
+  g_sink.fetch_add(c.k->read(c.buf + t * kTask, n), std::memory_order_relaxed);
 }
 
 void empty_task(void*, int64_t) {}
@@ -30,7 +31,7 @@ void empty_task(void*, int64_t) {}
 }  // namespace
 
 double read_bandwidth(const uint8_t* buf, int64_t bytes, int passes) {
-  ReadCtx c{buf, bytes};
+  ReadCtx c{buf, bytes, &active_kernels()};
   const int64_t ntasks = (bytes + kTask - 1) / kTask;
   const auto t0 = std::chrono::steady_clock::now();
   for (int p = 0; p < passes; ++p) pool_run(ntasks, read_task, &c);

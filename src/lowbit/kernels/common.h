@@ -83,6 +83,13 @@ struct KernelTable {
 
 constexpr int kPrefetchBytes = 8192;  // software prefetch distance of the weight streams
 
+// The 256-byte chunk kPrefetchBytes past `chunk`, clamped to `last`, the stream's last chunk: the weight
+// stream's prefetches never run past its buffer (a hint cannot fault, but it would pull a neighbour's
+// lines or cost a page walk on an unmapped page).
+inline const char* prefetch_target(const uint8_t* chunk, const uint8_t* last) {
+  return (const char*)(chunk + kPrefetchBytes < last ? chunk + kPrefetchBytes : last);
+}
+
 const KernelTable& kernels_scalar();
 const KernelTable& kernels_avx2();
 const KernelTable* kernels_avxvnni();       // nullptr if the compiler could not build it

@@ -54,6 +54,8 @@ class Decoder {
   int64_t vocab() const { return head_.M; }
   void decode_batch(float* x, int64_t B, const int64_t* pos, const int64_t* slot, float* logits);
   const DecoderShape& shape() const { return s_; }
+  bool has_output() const { return norm_ != nullptr; }
+  const std::vector<DecoderLayer>& layers() const { return layers_; }
   size_t n_layers() const { return layers_.size(); }
 
  private:

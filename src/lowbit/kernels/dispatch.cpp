@@ -2,11 +2,16 @@
 
 #include <cpuid.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 
 namespace lowbit {
 namespace {
+
+std::atomic<int> g_cpuid_queries{0};
 
 uint64_t xgetbv0() {
   uint32_t lo, hi;
@@ -15,6 +20,7 @@ uint64_t xgetbv0() {
 }
 
 CpuFeatures detect() {
+  g_cpuid_queries.fetch_add(1);
   CpuFeatures f;
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
@@ -35,21 +41,21 @@ CpuFeatures detect() {
     f.avx512bw = b & (1u << 30);
     f.avx512vl = b & (1u << 31);
     f.avx512vnni = c & (1u << 11);
+    f.avx512vbmi = c & (1u << 1);
     __cpuid_count(7, 1, a, b, c, d);
     f.avxvnni = a & (1u << 4);
   }
   return f;
 }
 
+// One immutable State per requested level, published through an atomic pointer: a kernel that reads
+// the active table while set_isa runs sees the old or the new one, never a half-written one.
 struct State {
   std::string isa, reason;
   const KernelTable* table = nullptr;
 };
-
-State& state() {
-  static State s;
-  return s;
-}
+std::atomic<const State*> g_state{nullptr};
+std::mutex g_apply_mu;
 
 bool has_avx2(const CpuFeatures& f) { return f.os_avx && f.avx2 && f.fma && f.f16c; }
 bool has_avx512(const CpuFeatures& f) {
@@ -59,7 +65,14 @@ bool has_avxvnni_vex(const CpuFeatures& f) { return has_avx2(f) && f.avxvnni && 
 
 void apply(const std::string& requested) {
   const CpuFeatures& f = cpu_features();
-  State& s = state();
+  std::lock_guard<std::mutex> lock(g_apply_mu);
+  static std::map<std::string, State*> made;  // never freed: readers may still hold the old one
+  if (auto it = made.find(requested); it != made.end()) {
+    g_state.store(it->second, std::memory_order_release);
+    return;
+  }
+  State tmp;
+  State& s = tmp;
   std::string name = requested;
   const bool forced = !(name.empty() || name == "auto");
   if (!forced) name = available_isas().front();
@@ -90,13 +103,17 @@ void apply(const std::string& requested) {
   if (forced) s.reason = "forced by LOWBIT_ISA/set_isa; " + s.reason;
   else s.reason = "best level this CPU supports; " + s.reason;
   s.isa = name;
+  State* published = new State(tmp);
+  made[requested] = published;
+  g_state.store(published, std::memory_order_release);
 }
 
-void ensure_init() {
-  State& s = state();
-  if (s.table) return;
+const State& state() {
+  const State* s = g_state.load(std::memory_order_acquire);
+  if (s) return *s;
   const char* env = std::getenv("LOWBIT_ISA");
   apply(env ? env : "auto");
+  return *g_state.load(std::memory_order_acquire);
 }
 
 }  // namespace
@@ -117,8 +134,15 @@ std::vector<std::string> available_isas() {
 }
 
 void select_isa(const std::string& name) { apply(name); }
-const std::string& selected_isa() { ensure_init(); return state().isa; }
-const std::string& isa_reason() { ensure_init(); return state().reason; }
-const KernelTable& active_kernels() { ensure_init(); return *state().table; }
+const std::string& selected_isa() { return state().isa; }
+const std::string& isa_reason() { return state().reason; }
+const KernelTable& active_kernels() { return *state().table; }
+int cpuid_queries() { return g_cpuid_queries.load(); }
+
+// On the heap: a fork() child cannot unlock the copy its parent's thread locked (glibc checks the
+// writer's thread id), so the child replaces it (the old one is leaked).
+std::shared_mutex* g_settings = new std::shared_mutex();
+std::shared_mutex& settings_mutex() { return *g_settings; }
+void settings_mutex_renew_in_child() { g_settings = new std::shared_mutex(); }
 
 }  // namespace lowbit

@@ -31,11 +31,11 @@ void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
 namespace lowbit {
 namespace {
 
-constexpr int kPrefetch = kPrefetchBytes;
 
-// The four lines of the 256-byte chunk kPrefetch bytes ahead in the weight stream.
-inline void prefetch_chunk(const uint8_t* chunk) {
-  for (int l = 0; l < 256; l += 64) _mm_prefetch((const char*)chunk + kPrefetch + l, _MM_HINT_T0);
+// The four lines of the 256-byte chunk kPrefetchBytes ahead in the weight stream (never past `last`).
+inline void prefetch_chunk(const uint8_t* chunk, const uint8_t* last) {
+  const char* pf = prefetch_target(chunk, last);
+  for (int l = 0; l < 256; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
 }
 
 // acc += u8 x s8 in groups of four. Inline asm ties the accumulator to one register: with the intrinsic,
@@ -52,6 +52,7 @@ inline void block_int(const IntWeights& w, const ActQ& a, int64_t blk, int64_t n
   constexpr int KC = 4 * PER;
   const int64_t nch = w.nch();
   const uint8_t* wb = w.codes + blk * nch * 256;
+  const uint8_t* last = w.codes + (w.Mb * nch - 1) * 256;
   const __m512i mask = _mm512_set1_epi8((char)((1 << BITS) - 1));
   __m512 accf[NT][4];
   for (int n = 0; n < NT; ++n)
@@ -67,7 +68,7 @@ inline void block_int(const IntWeights& w, const ActQ& a, int64_t blk, int64_t n
         for (int u = 0; u < S; ++u) acc[n][t][u] = _mm512_setzero_si512();
     for (int64_t c = c0; c < c1; ++c) {
       const uint8_t* chunk = wb + c * 256;
-      prefetch_chunk(chunk);
+      prefetch_chunk(chunk, last);
       const int8_t* qc = a.q + n0 * a.Kp + c * KC;
       __m512i v[4];
 #pragma GCC unroll 4
@@ -174,6 +175,7 @@ inline void block_gemv(const IntWeights& w, const ActQ& a, int64_t blk, float* y
   constexpr int KC = 4 * PER;
   const int64_t nch = w.nch();
   const uint8_t* wb = w.codes + blk * nch * 256;
+  const uint8_t* last = w.codes + (w.Mb * nch - 1) * 256;
   const int lo = (1 << BITS) - 1;
   const __m512i k0 = _mm512_set1_epi8((char)lo), k1 = _mm512_set1_epi8((char)(lo << BITS));
   const __m512i k2 = _mm512_set1_epi8((char)(lo << (2 * BITS))), k3 = _mm512_set1_epi8((char)(lo << (3 * BITS)));
@@ -186,7 +188,7 @@ inline void block_gemv(const IntWeights& w, const ActQ& a, int64_t blk, float* y
     TileAcc t0{z, z, z, z}, t1{z, z, z, z}, t2{z, z, z, z}, t3{z, z, z, z};
     for (int64_t c = c0; c < c1; ++c) {
       const uint8_t* chunk = wb + c * 256;
-      prefetch_chunk(chunk);
+      prefetch_chunk(chunk, last);
       const int8_t* qc = a.q + c * KC;
       tile_step<BITS>(chunk, qc, t0, k0, k1, k2, k3);
       tile_step<BITS>(chunk + 64, qc, t1, k0, k1, k2, k3);
@@ -250,7 +252,8 @@ void gemm_int_avx512(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, 
 // Rows are read side by side, so each row's prefetch targets the same k of the row ROWS further on: a
 // fixed distance ahead would land in the neighbouring row, which is already being read.
 template <typename T, int NT, int ROWS>
-inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m0) {
+inline void float_tile(const T* W, int64_t K, int64_t M, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m0) {
+  const int64_t ahead = m0 + 2 * ROWS <= M ? ROWS * K : 0;  // the next tile's rows, if they exist
   __m512 acc[ROWS][NT];
   for (int r = 0; r < ROWS; ++r)
     for (int n = 0; n < NT; ++n) acc[r][n] = _mm512_setzero_ps();
@@ -262,7 +265,7 @@ inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float
 #pragma GCC unroll 4
       for (int r = 0; r < ROWS; ++r) {
         const float* wr = W + (m0 + r) * K + k;
-        _mm_prefetch((const char*)(wr + ROWS * K), _MM_HINT_T1);  // the next tile's row: rows are one stream
+        _mm_prefetch((const char*)(wr + ahead), _MM_HINT_T1);  // the next tile's row: rows are one stream
         const __m512 wv = _mm512_maskz_loadu_ps(m, wr);
         for (int n = 0; n < NT; ++n) acc[r][n] = _mm512_fmadd_ps(wv, xv[n], acc[r][n]);
       }
@@ -279,7 +282,7 @@ inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float
 #pragma GCC unroll 4
       for (int r = 0; r < ROWS; ++r) {
         const uint16_t* wr = W + (m0 + r) * K + k;
-        _mm_prefetch((const char*)(wr + ROWS * K), _MM_HINT_T1);  // the next tile's row: rows are one stream
+        _mm_prefetch((const char*)(wr + ahead), _MM_HINT_T1);  // the next tile's row: rows are one stream
         const __m512i v = _mm512_maskz_loadu_epi16(m, wr);
         const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
         const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
@@ -293,12 +296,12 @@ inline void float_tile(const T* W, int64_t K, const float* x, int64_t ldx, float
 }
 
 template <typename T, int NT>
-inline void float_rows(const T* W, int64_t K, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m0, int rows) {
+inline void float_rows(const T* W, int64_t K, int64_t M, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m0, int rows) {
   switch (rows) {
-    case 4: float_tile<T, NT, 4>(W, K, x, ldx, y, ldy, m0); break;
-    case 3: float_tile<T, NT, 3>(W, K, x, ldx, y, ldy, m0); break;
-    case 2: float_tile<T, NT, 2>(W, K, x, ldx, y, ldy, m0); break;
-    default: float_tile<T, NT, 1>(W, K, x, ldx, y, ldy, m0); break;
+    case 4: float_tile<T, NT, 4>(W, K, M, x, ldx, y, ldy, m0); break;
+    case 3: float_tile<T, NT, 3>(W, K, M, x, ldx, y, ldy, m0); break;
+    case 2: float_tile<T, NT, 2>(W, K, M, x, ldx, y, ldy, m0); break;
+    default: float_tile<T, NT, 1>(W, K, M, x, ldx, y, ldy, m0); break;
   }
 }
 
@@ -324,11 +327,11 @@ void gemm_float_avx512(const FloatWeights& w, const float* x, int64_t N, float* 
     for (int64_t m0 = blk * kFloatRows; m0 < std::min((blk + 1) * kFloatRows, w.M); m0 += 4) {
       const int rows = (int)std::min<int64_t>(4, w.M - m0);
       int64_t n = 0;
-      for (; n + 4 <= N; n += 4) float_rows<T, 4>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows);
+      for (; n + 4 <= N; n += 4) float_rows<T, 4>(W, K, w.M, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows);
       switch (N - n) {
-        case 3: float_rows<T, 3>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
-        case 2: float_rows<T, 2>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
-        case 1: float_rows<T, 1>(W, K, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
+        case 3: float_rows<T, 3>(W, K, w.M, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
+        case 2: float_rows<T, 2>(W, K, w.M, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
+        case 1: float_rows<T, 1>(W, K, w.M, x + n * ldx, ldx, y + n * ldy, ldy, m0, rows); break;
         default: break;
       }
     }
@@ -343,13 +346,20 @@ void quantize_row_avx512(const float* x, int64_t K, int64_t Kp, int64_t group, i
   for (int64_t g = 0; g < G; ++g) {
     const int64_t k0 = g * group, k1 = std::min(k0 + group, K), kend = std::min(k0 + group, Kp);
     __m512 mx = _mm512_setzero_ps();
+    __mmask16 nonfinite = 0;  // NaN or +-inf anywhere in the group: scale NaN, as the portable quantize_row
+    const __m512i inf_bits = _mm512_set1_epi32(0x7f800000);
     for (int64_t k = k0; k < k1; k += 16) {
       const __mmask16 m = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1);
-      mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_maskz_loadu_ps(m, x + k), absmask));
+      const __m512 ax = _mm512_and_ps(_mm512_maskz_loadu_ps(m, x + k), absmask);
+      nonfinite |= _mm512_cmpge_epu32_mask(_mm512_castps_si512(ax), inf_bits);
+      mx = _mm512_max_ps(mx, ax);
     }
     const float amax = _mm512_reduce_max_ps(mx);
     int32_t s = 0;
-    if (amax > 0.f && std::isfinite(amax)) {
+    if (nonfinite) {
+      std::memset(q + k0, 0, std::max<int64_t>(0, k1 - k0));
+      scale[g] = NAN;
+    } else if (amax > 0.f) {
       const __m512 inv = _mm512_set1_ps(127.f / amax);
       const __m512 lo = _mm512_set1_ps(-127.f), hi = _mm512_set1_ps(127.f);
       __m512i acc = _mm512_setzero_si512();
@@ -411,11 +421,9 @@ void attn_head_f16_avx512(const float* q, const uint16_t* K, const uint16_t* V, 
 
 uint64_t read_avx512(const uint8_t* p, int64_t n) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  const uint8_t* last = p + n - 256;
   for (int64_t i = 0; i < n; i += 256) {
-    _mm_prefetch((const char*)p + i + kPrefetch, _MM_HINT_T0);
-    _mm_prefetch((const char*)p + i + kPrefetch + 64, _MM_HINT_T0);
-    _mm_prefetch((const char*)p + i + kPrefetch + 128, _MM_HINT_T0);
-    _mm_prefetch((const char*)p + i + kPrefetch + 192, _MM_HINT_T0);
+    prefetch_chunk(p + i, last);
     a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
     a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 64));
     a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(p + i + 128));

@@ -47,7 +47,8 @@ void int_task(void* p, int64_t t) {
   const int64_t n0 = tc * j.tok_chunk, n1 = std::min(j.a.N, n0 + j.tok_chunk);
   // The software prefetch inside the kernel runs kPrefetchBytes ahead; cover the start of the run.
   const uint8_t* start = j.w.codes + b0 * j.w.nch() * 256;
-  for (int64_t off = 0; off < kPrefetchBytes; off += 64) __builtin_prefetch(start + off, 0, 3);
+  const int64_t left = (j.w.Mb - b0) * j.w.nch() * 256;  // bytes from start to the end of the codes
+  for (int64_t off = 0; off < std::min<int64_t>(kPrefetchBytes, left); off += 64) __builtin_prefetch(start + off, 0, 3);
   ActQ a = j.a;
   a.q += n0 * a.Kp;
   a.scale += n0 * a.G;

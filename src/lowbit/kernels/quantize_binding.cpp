@@ -109,14 +109,15 @@ void ternary_pack_py(AnyArr src, int kind, int64_t M, int64_t K, std::optional<V
 
 }  // namespace
 
+// Outputs are noconvert: a converted copy would be filled and thrown away.
 void bind_quantize(nb::module_& m) {
   m.def("ternary_stats", &ternary_stats_py, nb::arg("src"), nb::arg("kind"), nb::arg("M"), nb::arg("K"),
-        nb::arg("rows").none(), nb::arg("group"), nb::arg("sum"), nb::arg("mx"), nb::arg("mnz"));
+        nb::arg("rows").none(), nb::arg("group"), nb::arg("sum").noconvert(), nb::arg("mx").noconvert(), nb::arg("mnz").noconvert());
   m.def("ternary_pack", &ternary_pack_py, nb::arg("src"), nb::arg("kind"), nb::arg("M"), nb::arg("K"),
-        nb::arg("rows").none(), nb::arg("a"), nb::arg("group"), nb::arg("tq1"), nb::arg("codes"), nb::arg("scale"));
+        nb::arg("rows").none(), nb::arg("a"), nb::arg("group"), nb::arg("tq1"), nb::arg("codes").noconvert(), nb::arg("scale").noconvert());
   m.def("quantize_int", &quantize_int_py, nb::arg("src"), nb::arg("kind"), nb::arg("M"), nb::arg("K"),
         nb::arg("rows").none(), nb::arg("method"), nb::arg("bits"), nb::arg("group"), nb::arg("symmetric"),
-        nb::arg("ratios"), nb::arg("codes"), nb::arg("scale"), nb::arg("offset").none(),
+        nb::arg("ratios"), nb::arg("codes").noconvert(), nb::arg("scale").noconvert(), nb::arg("offset").none().noconvert(),
         "Quantizes rows of a float32/float16/bf16 matrix into the integer-code layout (see quantize.h).");
   m.def("f64_to_f16", [](double d) { return f64_to_f16(d); }, nb::arg("d"));
 }

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dispatch.h"
 #include "rsr.h"
 #include "thread_pool.h"
 
@@ -77,6 +78,7 @@ std::vector<T> transpose(const T* x, int64_t N, int64_t K, int64_t ldx) {
 double run_timed(const RsrCall& c, int iters) {
   const RsrKernels& k = rsr_kernels();
   nb::gil_scoped_release release;
+  std::shared_lock<std::shared_mutex> running(settings_mutex());  // set_isa / set_threads wait for us
   const auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < iters; ++it) rsr_run(c, k);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -146,6 +148,7 @@ double standard_gemv(Arr<const uint8_t, nb::ndim<2>> w, Arr<const float, nb::ndi
   StdJob j{w.data(), x.data(), y.data(), M, K, 0};
   j.rows = std::max<int64_t>(1, (M + 4 * pool_threads() - 1) / (4 * pool_threads()));
   nb::gil_scoped_release release;
+  std::shared_lock<std::shared_mutex> running(settings_mutex());  // set_isa / set_threads wait for us
   const auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < iters; ++it) pool_run((M + j.rows - 1) / j.rows, std_task, &j);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -154,14 +157,14 @@ double standard_gemv(Arr<const uint8_t, nb::ndim<2>> w, Arr<const float, nb::ndi
 }  // namespace
 
 void bind_rsr(nb::module_& m) {
-  m.def("rsr_gemm_f32", &rsr_gemm_f32, nb::arg("perm"), nb::arg("seg"), nb::arg("M"), nb::arg("K"), nb::arg("k"),
-        nb::arg("base"), nb::arg("values"), nb::arg("x"), nb::arg("rowscale").none(), nb::arg("coef"),
-        nb::arg("accumulate"), nb::arg("plus"), nb::arg("y"), nb::arg("iters") = 1);
-  m.def("rsr_gemm_i8", &rsr_gemm_i8, nb::arg("perm"), nb::arg("seg"), nb::arg("M"), nb::arg("K"), nb::arg("k"),
-        nb::arg("base"), nb::arg("values"), nb::arg("q"), nb::arg("sx"), nb::arg("rowscale").none(), nb::arg("coef"),
-        nb::arg("accumulate"), nb::arg("plus"), nb::arg("y"), nb::arg("iters") = 1);
+  m.def("rsr_gemm_f32", &rsr_gemm_f32, nb::arg("perm").noconvert(), nb::arg("seg").noconvert(), nb::arg("M"), nb::arg("K"), nb::arg("k"),
+        nb::arg("base"), nb::arg("values").noconvert(), nb::arg("x").noconvert(), nb::arg("rowscale").none().noconvert(), nb::arg("coef"),
+        nb::arg("accumulate"), nb::arg("plus"), nb::arg("y").noconvert(), nb::arg("iters") = 1);
+  m.def("rsr_gemm_i8", &rsr_gemm_i8, nb::arg("perm").noconvert(), nb::arg("seg").noconvert(), nb::arg("M"), nb::arg("K"), nb::arg("k"),
+        nb::arg("base"), nb::arg("values").noconvert(), nb::arg("q").noconvert(), nb::arg("sx").noconvert(), nb::arg("rowscale").none().noconvert(), nb::arg("coef"),
+        nb::arg("accumulate"), nb::arg("plus"), nb::arg("y").noconvert(), nb::arg("iters") = 1);
   m.def("rsr_path", [] { return std::string(rsr_kernels().name); });
-  m.def("standard_gemv_u8", &standard_gemv, nb::arg("w"), nb::arg("x"), nb::arg("y"), nb::arg("iters") = 1);
+  m.def("standard_gemv_u8", &standard_gemv, nb::arg("w").noconvert(), nb::arg("x").noconvert(), nb::arg("y").noconvert(), nb::arg("iters") = 1);
 }
 
 }  // namespace lowbit

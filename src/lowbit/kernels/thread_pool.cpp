@@ -1,15 +1,24 @@
 #include "thread_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "dispatch.h"
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define LOWBIT_PAUSE() _mm_pause()
@@ -20,7 +29,10 @@
 namespace lowbit {
 namespace {
 
-constexpr int kSpinIters = 1 << 16;   // ~100-200 us of spinning before a worker sleeps
+using Clock = std::chrono::steady_clock;
+// An idle worker spins this long after its last job (the decoder's next pool run comes within
+// microseconds), then sleeps on the condition variable: an idle process costs ~0 CPU.
+constexpr auto kSpinTime = std::chrono::microseconds(500);
 constexpr int kPauseIters = 1 << 11;  // then yield between pauses: on an oversubscribed machine (other
                                       // processes on our cores) a descheduled thread must get to run
 
@@ -74,16 +86,18 @@ struct Pool {
     for (;;) {
       uint64_t g;
       int spins = 0;
+      auto idle_since = Clock::now();
       while ((g = generation.load(std::memory_order_acquire)) == seen) {
-        if (++spins < kSpinIters) {
-          if (spins < kPauseIters) LOWBIT_PAUSE();
-          else std::this_thread::yield();
-          continue;
-        }
+        ++spins;
+        if (spins < kPauseIters) LOWBIT_PAUSE();
+        else std::this_thread::yield();
+        if ((spins & 63) != 0 || Clock::now() - idle_since < kSpinTime) continue;
         std::unique_lock<std::mutex> lock(mu);
         sleeping.fetch_add(1);
         cv.wait(lock, [&] { return generation.load() != seen; });
         sleeping.fetch_sub(1);
+        spins = 0;
+        idle_since = Clock::now();
       }
       seen = g;
       if (stop.load()) return;
@@ -122,8 +136,9 @@ struct Pool {
     }
   }
 
-  void run(int64_t n, TaskFn f, void* c) {
+  void run(int64_t n, TaskFn f, void* c, int threads) {
     std::lock_guard<std::mutex> guard(run_mu);
+    if ((int)workers.size() != threads - 1) start(threads);  // first use, or the first use after fork()
     if (workers.empty() || n <= 1) {
       for (int64_t t = 0; t < n; ++t) f(c, t);
       return;
@@ -135,42 +150,148 @@ struct Pool {
                 [](void* p, int64_t t) { auto* s = static_cast<Slice*>(p); s->f(s->c, s->base + t); }, &sl);
     }
   }
-
-  ~Pool() { shutdown(); }
 };
 
-Pool& pool() {
-  static Pool p;
-  return p;
+// The pool lives on the heap and is never destroyed: at exit its workers may still be parked in it, and
+// after fork() the child abandons the parent's (its threads do not exist there) and makes a new one.
+std::atomic<Pool*> g_pool{nullptr};
+std::atomic<int> g_threads{1};
+std::mutex g_pool_init;
+
+void before_fork() {
+  settings_mutex().lock();  // no kernel runs while the address space is copied
+  g_pool.load()->run_mu.lock();
 }
-int g_threads = 1;
+void after_fork_parent() {
+  g_pool.load()->run_mu.unlock();
+  settings_mutex().unlock();
+}
+void after_fork_child() {
+  // The parent's workers do not exist here: leak their pool (joining or destroying their std::thread
+  // objects would abort) and let the first pool_run start this process's own workers.
+  g_pool.store(new Pool());
+  settings_mutex_renew_in_child();
+}
+
+Pool& pool() {
+  Pool* p = g_pool.load(std::memory_order_acquire);
+  if (p) return *p;
+  std::lock_guard<std::mutex> lock(g_pool_init);
+  if (!g_pool.load()) {
+    g_pool.store(new Pool());
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+  }
+  return *g_pool.load();
+}
+
+std::string read_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+std::vector<int> affinity_list() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int i = 0; i < CPU_SETSIZE; ++i)
+      if (CPU_ISSET(i, &set)) cpus.push_back(i);
+  if (cpus.empty()) {
+    const int n = std::max(1u, std::thread::hardware_concurrency());
+    for (int i = 0; i < n; ++i) cpus.push_back(i);
+  }
+  return cpus;
+}
+
+// quota / period of one cgroup directory, or <= 0 if it sets none.
+double dir_limit(const std::string& dir) {
+  std::istringstream v2(read_line(dir + "/cpu.max"));  // "max 100000" or "200000 100000"
+  std::string q;
+  double period = 0;
+  if (v2 >> q >> period) return q == "max" || period <= 0 ? 0 : std::atof(q.c_str()) / period;
+  const std::string q1 = read_line(dir + "/cpu.cfs_quota_us"), p1 = read_line(dir + "/cpu.cfs_period_us");
+  if (q1.empty() || p1.empty()) return 0;
+  const double quota = std::atof(q1.c_str()), per = std::atof(p1.c_str());
+  return quota > 0 && per > 0 ? quota / per : 0;
+}
+
+// The tightest limit from `dir` up to `mount` (a quota on a parent cgroup binds its children too).
+double path_limit(const std::string& mount, std::string rel) {
+  double best = 0;
+  for (;;) {
+    const double l = dir_limit(mount + rel);
+    if (l > 0 && (best <= 0 || l < best)) best = l;
+    if (rel.empty() || rel == "/") break;
+    rel = rel.substr(0, rel.find_last_of('/'));
+  }
+  return best;
+}
 
 }  // namespace
 
-int physical_cores() {
-  // Distinct (physical id, core id) pairs; SMT siblings count once.
-  std::ifstream f("/proc/cpuinfo");
-  std::set<std::pair<std::string, std::string>> cores;
-  std::string line, phys = "0";
+double cgroup_cpu_limit(const std::string& root, const std::string& self_cgroup) {
+  std::ifstream f(self_cgroup);
+  std::string line;
+  double best = 0;
+  auto take = [&](double l) { if (l > 0 && (best <= 0 || l < best)) best = l; };
   while (std::getline(f, line)) {
-    auto val = [&] { auto p = line.find(':'); return p == std::string::npos ? std::string() : line.substr(p + 2); };
-    if (line.rfind("physical id", 0) == 0) phys = val();
-    else if (line.rfind("core id", 0) == 0) cores.insert({phys, val()});
+    // "hierarchy-id:controllers:path"; v2 is "0::/path"
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string ctrls = line.substr(a + 1, b - a - 1);
+    std::string rel = line.substr(b + 1);
+    if (rel == "/") rel = "";
+    if (ctrls.empty()) {
+      take(path_limit(root, rel));
+      continue;
+    }
+    std::istringstream ss(ctrls);
+    bool cpu = false;
+    for (std::string c; std::getline(ss, c, ',');) cpu |= c == "cpu";
+    if (!cpu) continue;
+    for (const std::string& m : {root + "/" + ctrls, root + "/cpu", root + "/cpu,cpuacct"}) {
+      take(path_limit(m, rel));
+      take(path_limit(m, ""));  // in a container the cgroup path is not visible below the mount
+    }
   }
-  int n = (int)cores.size();
-  if (n <= 0) n = (int)std::thread::hardware_concurrency();
-  return n > 0 ? n : 1;
+  return best;
+}
+
+int affinity_cpus() { return (int)affinity_list().size(); }
+
+int physical_cores() {
+  std::set<std::pair<std::string, std::string>> cores;
+  const std::vector<int> cpus = affinity_list();
+  for (int c : cpus) {
+    const std::string t = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+    const std::string core = read_line(t + "core_id");
+    if (core.empty()) return (int)cpus.size();
+    cores.insert({read_line(t + "physical_package_id"), core});
+  }
+  return std::max<int>(1, (int)cores.size());
+}
+
+int default_threads() {
+  int n = physical_cores();
+  const double quota = cgroup_cpu_limit();
+  if (quota > 0) n = std::min(n, (int)std::ceil(quota - 1e-9));
+  return std::max(1, std::min(n, kMaxThreads));
 }
 
 void pool_set_threads(int n) {
-  if (n < 1) n = 1;
-  std::lock_guard<std::mutex> guard(pool().run_mu);
-  pool().start(n);
-  g_threads = n;
+  n = std::max(1, std::min(n, kMaxThreads));
+  Pool& p = pool();
+  std::lock_guard<std::mutex> guard(p.run_mu);
+  p.start(n);
+  g_threads.store(n);
 }
 
-int pool_threads() { return g_threads; }
+int pool_threads() { return g_threads.load(std::memory_order_relaxed); }
 
-void pool_run(int64_t ntasks, TaskFn fn, void* ctx) { pool().run(ntasks, fn, ctx); }
+int pool_sleeping() { return pool().sleeping.load(); }
+
+void pool_run(int64_t ntasks, TaskFn fn, void* ctx) { pool().run(ntasks, fn, ctx, g_threads.load()); }
 
 }  // namespace lowbit

@@ -1,17 +1,33 @@
 // One persistent pool of worker threads. Work is a count of tasks handed out dynamically through an
 // atomic counter, so a core that is slower (hybrid CPUs, a shared machine) simply takes fewer tasks.
-// Workers spin briefly after a job (decode calls come every few microseconds), then sleep.
+// Workers spin for at most kSpinTime after a job (decode calls come every few microseconds), then sleep:
+// an idle process burns no CPU. The pool survives fork(): the child starts its own workers on first use.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace lowbit {
 
 using TaskFn = void (*)(void* ctx, int64_t task);
 
-void pool_set_threads(int n);   // n >= 1; the caller is one of them
+constexpr int kMaxThreads = 1024;
+
+void pool_set_threads(int n);   // 1 <= n <= kMaxThreads; the caller is one of them
 int pool_threads();
 // Runs fn(ctx, t) for t in [0, ntasks) on the pool and the calling thread; returns when all are done.
 void pool_run(int64_t ntasks, TaskFn fn, void* ctx);
+// Workers parked on the condition variable (not spinning) right now: for the idle test.
+int pool_sleeping();
+
+// Distinct physical cores (SMT siblings once) among the CPUs this process may run on (sched_getaffinity),
+// from sysfs topology; the affinity count where sysfs is missing.
 int physical_cores();
+int affinity_cpus();
+// CPUs granted by the cgroup CPU quota (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us) of this
+// process, the tightest along its cgroup path; <= 0 when there is no quota. root / self_cgroup are the
+// cgroup mount root and /proc/self/cgroup (parameters so tests can point them at a fake tree).
+double cgroup_cpu_limit(const std::string& root = "/sys/fs/cgroup", const std::string& self_cgroup = "/proc/self/cgroup");
+// The default thread count: physical cores in the affinity mask, capped by the cgroup quota (rounded up).
+int default_threads();
 
 }  // namespace lowbit

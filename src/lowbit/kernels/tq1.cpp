@@ -1,6 +1,4 @@
 // tq1: choice of the kernel path and the thread-pool job (baseline x86-64 flags).
-#include <cpuid.h>
-
 #include <algorithm>
 
 #include "dispatch.h"
@@ -9,13 +7,6 @@
 
 namespace lowbit {
 namespace {
-
-bool has_vbmi() {
-  unsigned a, b, c, d;
-  if (__get_cpuid_max(0, nullptr) < 7) return false;
-  __cpuid_count(7, 0, a, b, c, d);
-  return c & (1u << 1);  // AVX512_VBMI (the OS zmm state is checked by dispatch for "avx512")
-}
 
 constexpr int64_t kTokChunk = 64;
 
@@ -50,7 +41,7 @@ Tq1Kernel tq1_kernel(const char** name) {
   const std::string& isa = selected_isa();
   const char* n = "scalar";
   Tq1Kernel k = tq1_gemm_scalar;
-  if (isa == "avx512" && has_vbmi()) {
+  if (isa == "avx512" && cpu_features().avx512vbmi) {  // cached: no CPUID per call
     n = "avx512-vbmi";
     k = tq1_gemm_avx512;
   } else if (isa != "scalar") {

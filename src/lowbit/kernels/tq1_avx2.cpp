@@ -16,7 +16,6 @@
 namespace lowbit {
 namespace {
 
-constexpr int kPrefetch = kPrefetchBytes;
 
 inline __m256 cvt_f16x8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
 
@@ -31,6 +30,7 @@ template <int NT, int TILES>
 inline void block(const TQ1Weights& w, const ActQ& a, int64_t blk, int t0, int64_t n0, float* y, int64_t ldy) {
   constexpr int H = 2 * TILES;  // half tiles of 8 rows
   const uint8_t* wb = w.codes + blk * w.nch() * kTq1ChunkBytes + t0 * 64;
+  const uint8_t* last = w.codes + (w.Mb * w.nch() - 1) * kTq1ChunkBytes;
   const __m256i bias = _mm256_set1_epi8((char)0x80), t1 = _mm256_set1_epi8(-43), t2 = _mm256_set1_epi8(42);
   const __m256i ones16 = _mm256_set1_epi16(1);
   __m256 accf[NT][H];
@@ -45,7 +45,7 @@ inline void block(const TQ1Weights& w, const ActQ& a, int64_t blk, int t0, int64
     for (int64_t c = c0; c < c1; ++c) {
       const uint8_t* chunk = wb + c * kTq1ChunkBytes;
       if (TILES == 4)
-        for (int l = 0; l < kTq1ChunkBytes; l += 64) _mm_prefetch((const char*)chunk + kPrefetch + l, _MM_HINT_T0);
+        for (int l = 0; l < kTq1ChunkBytes; l += 64) _mm_prefetch(prefetch_target(chunk, last) + l, _MM_HINT_T0);
       const int8_t* qc = a.q + n0 * a.Kp + c * kTq1KC;
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) {

@@ -21,7 +21,6 @@
 namespace lowbit {
 namespace {
 
-constexpr int kPrefetch = kPrefetchBytes;
 
 struct alignas(64) LookupTables {
   uint8_t f1[256], f2[256];
@@ -97,6 +96,7 @@ inline void store_rows(float* y, int64_t row, int64_t M, __m512 v) {
 // GEMV: one row block (4 tiles) x one token.
 inline void block_gemv(const TQ1Weights& w, const ActQ& a, int64_t blk, float* y, const Tables& T) {
   const uint8_t* wb = w.codes + blk * w.nch() * kTq1ChunkBytes;
+  const uint8_t* last = w.codes + (w.Mb * w.nch() - 1) * kTq1ChunkBytes;
   __m512 accf[4];
   for (int t = 0; t < 4; ++t) accf[t] = _mm512_setzero_ps();
   for (int64_t g = 0; g < w.G; ++g) {
@@ -105,10 +105,11 @@ inline void block_gemv(const TQ1Weights& w, const ActQ& a, int64_t blk, float* y
     TileAcc t0{z, z}, t1{z, z}, t2{z, z}, t3{z, z};
     for (int64_t c = c0; c < c1; ++c) {
       const uint8_t* chunk = wb + c * kTq1ChunkBytes;
-      _mm_prefetch((const char*)chunk + kPrefetch, _MM_HINT_T0);
-      _mm_prefetch((const char*)chunk + kPrefetch + 64, _MM_HINT_T0);
-      _mm_prefetch((const char*)chunk + kPrefetch + 128, _MM_HINT_T0);
-      _mm_prefetch((const char*)chunk + kPrefetch + 192, _MM_HINT_T0);
+      const char* pf = prefetch_target(chunk, last);
+      _mm_prefetch(pf, _MM_HINT_T0);
+      _mm_prefetch(pf + 64, _MM_HINT_T0);
+      _mm_prefetch(pf + 128, _MM_HINT_T0);
+      _mm_prefetch(pf + 192, _MM_HINT_T0);
       const int8_t* qc = a.q + c * kTq1KC;
       tile_step(chunk, qc, T, t0);
       tile_step(chunk + 64, qc, T, t1);
@@ -132,6 +133,7 @@ template <int NT>
 inline void tile_gemm(const TQ1Weights& w, const ActQ& a, int64_t blk, int t, int64_t n0, float* y, int64_t ldy,
                       const Tables& T) {
   const uint8_t* wt = w.codes + blk * w.nch() * kTq1ChunkBytes + t * 64;
+  const uint8_t* last = w.codes + (w.Mb * w.nch() - 1) * kTq1ChunkBytes + t * 64;
   const __m512i low2 = _mm512_set1_epi8(3);
   __m512 accf[NT];
   for (int n = 0; n < NT; ++n) accf[n] = _mm512_setzero_ps();
@@ -141,7 +143,7 @@ inline void tile_gemm(const TQ1Weights& w, const ActQ& a, int64_t blk, int t, in
     for (int n = 0; n < NT; ++n) acc[n] = _mm512_setzero_si512();
     for (int64_t c = c0; c < c1; ++c) {
       const uint8_t* p = wt + c * kTq1ChunkBytes;
-      _mm_prefetch((const char*)p + kPrefetch, _MM_HINT_T0);
+      _mm_prefetch(prefetch_target(p, last), _MM_HINT_T0);
       const int8_t* qc = a.q + n0 * a.Kp + c * kTq1KC;
       __m512i f1, f2;
       decode(_mm512_loadu_si512(p), T, f1, f2);

@@ -172,8 +172,10 @@ def check_supported(cfg: dict, where="config") -> None:
         problems.append(f"rope_scaling.rope_type={rope!r} (supported for {cfg.get('model_type')}: "
                         f"{', '.join(cls.rope_types)})")
     types = cfg.get("layer_types")
-    if isinstance(types, list) and any(t not in LAYER_TYPES for t in types):
-        problems.append(f"layer_types {sorted(set(types) - set(LAYER_TYPES))}")
+    if types is not None and (not isinstance(types, list) or len(types) != cfg.get("num_hidden_layers")):
+        problems.append("layer_types is not a list with one entry per layer")
+    elif isinstance(types, list) and any(t not in LAYER_TYPES for t in types):
+        problems.append(f"layer_types {sorted({str(t) for t in types} - set(LAYER_TYPES))}")
     if problems:
         raise ValueError(f"{where}: model_type {cfg.get('model_type')!r} asks for what lowbit does not implement: "
                          + "; ".join(problems))

@@ -79,7 +79,8 @@ class NativeDecoder:
             dec.set_layer_extras(i, blk.q_norm, blk.k_norm, blk.post_attn, blk.post_ffn, int(blk.window or 0))
             keep.append(lins)
         if slots is not None:
-            dec.set_slots(len(slots), slots.slot_stride)
+            k_all, v_all = (slots.k.view(np.uint16), slots.v.view(np.uint16)) if kv_f16 else (slots.k, slots.v)
+            dec.set_slots(len(slots), slots.slot_stride, k_all, v_all)  # checks every slot lies inside
             keep.append(slots)
         dec.set_output(model.norm, head)
         return cls(dec, model.lm_head.shape[0], keep)
