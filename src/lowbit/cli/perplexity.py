@@ -6,7 +6,7 @@ formats on the same text and --ctx, e.g. (SmolLM2-135M-Instruct, GPL-3.0 text, c
 
     for f in bf16 int8 int4 int2 ternary binary; do lowbit perplexity --format $f -f tests/data/GPL-3.0.txt; done
 
-    bf16 22.35 | int8 23.51 (+5.2 %) | int4 22.56 (+0.9 %, groups of 32) | int2 2.1e5 | ternary 1.1e8
+    bf16 22.35 | int8 22.39 (+0.2 %, blocks of 32) | int4 22.43 (+0.4 %, groups of 32) | int2 2.1e5 | ternary 1.1e8
     | binary 1.6e6   (7624 tokens; a 135M model was not trained for 2 bits or less)
 """
 from __future__ import annotations

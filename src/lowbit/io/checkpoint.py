@@ -283,6 +283,13 @@ class Checkpoint:
         for the native quantizers; load(name) for anything else (packed, quantized, fused, scaled)."""
         return self.load(name)
 
+    def release(self) -> None:
+        """Drops the source's mapped pages from the process once the tensors read so far are done
+        (conversion calls it after each tensor, so RSS does not grow with the file); a no-op by default."""
+        for f in getattr(self, "files", ()):
+            if hasattr(f, "release"):
+                f.release()
+
     def tokenizer(self):
         raise NotImplementedError
 

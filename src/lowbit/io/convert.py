@@ -178,6 +178,7 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
                 dense = value.dequantize() if isinstance(value, PackedWeight) else value
                 writer.add(name, np.asarray(dense, np.float32))
             del value
+            ckpt.release()  # the source's pages read so far leave the process (the file is read once)
             bar.update(n_weights(config, name))
         bar.close()
         if tied:  # the directory now holds its own lm_head

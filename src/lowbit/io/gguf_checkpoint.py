@@ -265,6 +265,11 @@ class GGUFCheckpoint(Checkpoint):
             w = w - np.float32(1.0)
         return w
 
+    def release(self) -> None:
+        from lowbit.io.safetensors_file import release_pages
+
+        release_pages(self.reader.data)
+
     def load_source(self, name: str):
         """F32/F16/BF16 matrices as SourceRows over the mmapped data (Q/K un-permuted by a row index)."""
         from lowbit.formats.base import SourceRows

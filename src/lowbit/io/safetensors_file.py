@@ -28,6 +28,16 @@ MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux >= 5.14: f
 PAGE = 4096
 
 
+def release_pages(mm) -> None:
+    """MADV_DONTNEED on an np.memmap's mapping (no-op where unsupported); only for read-only use."""
+    m = getattr(mm, "_mmap", None)
+    if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            m.madvise(mmap.MADV_DONTNEED)
+        except (OSError, ValueError):
+            pass
+
+
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     """uint16 bf16 bits [...] -> float32 [...] (exact)."""
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
@@ -112,6 +122,11 @@ class SafetensorsFile:
             # writes never reach the file; and kernels that take non-const arrays accept the views
             self._mm = np.memmap(self.path, dtype=np.uint8, mode="c")
         return np.ndarray(shape, dtype, buffer=self._mm, offset=self._data_start + begin)
+
+    def release(self) -> None:
+        """Drops this file's pages from the process (MADV_DONTNEED; they stay in the page cache and fault
+        back in if read again): a conversion reads each tensor once, so its RSS need not grow with the file."""
+        release_pages(self._mm)
 
     def prefault(self) -> None:
         """Maps every page of the file now (read from disk if needed), so the first kernel call that
