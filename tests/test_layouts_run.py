@@ -11,8 +11,15 @@ from tests.io.tiny import random_weights, tiny_config, write_bitnet_packed, writ
 
 
 def check_runs(llm):
-    text = llm.generate("hello world", max_tokens=6, temperature=0.0)
-    assert isinstance(text, str)
+    from lowbit.generate import generate_step
+
+    prompt = llm.tokenizer.encode("hello world")
+    llm.model.reset()
+    greedy = list(generate_step(llm.model, prompt, max_tokens=6))  # KV-cache path, greedy by default
+    assert len(greedy) == 6
+    # teacher-forced over prompt + greedy[:-1]: each greedy token is the argmax at its position
+    forced = llm.logits(prompt + greedy[:-1])[len(prompt) - 1:]
+    assert list(np.argmax(forced, axis=1)) == greedy
     ids = llm.tokenizer.encode("hello there")
     logits = llm.logits(ids)
     assert logits.shape == (len(ids), llm.model.args.vocab_size) and np.isfinite(logits).all()

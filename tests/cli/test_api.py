@@ -18,8 +18,9 @@ def test_llm_methods(tiny_dir):
     text = llm.generate("The quick", max_tokens=10)
     s = llm.stream("The quick", max_tokens=10)
     assert "".join(s) == text and llm.last_stats is s.stats and s.stats.generation_tokens >= 1
-    reply = llm.chat([{"role": "user", "content": "hi"}], max_tokens=8)
-    assert isinstance(reply, str)
+    msgs = [{"role": "user", "content": "hi"}]
+    reply = llm.chat(msgs, max_tokens=8, temperature=0.0)
+    assert reply and reply == llm.generate(llm.chat_prompt(msgs), max_tokens=8, temperature=0.0)
     assert llm.chat_prompt([{"role": "user", "content": "hi"}])[0] == llm.tokenizer.token_to_id("<|im_start|>")
 
 
