@@ -18,3 +18,12 @@ def isa(request):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """Benchmarks and CLI runs under test set the pool size (e.g. -t 1); later tests get the default back."""
+    before = lowbit.get_threads()
+    yield
+    if lowbit.get_threads() != before:
+        lowbit.set_threads(before)

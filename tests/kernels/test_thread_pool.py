@@ -154,7 +154,10 @@ def test_set_isa_and_set_threads_wait_for_running_kernels():
     per_call = _native.bench_int([copy], float(pw.zc or 0.0), 4, 2048, pw.kp, pw.group, q, sx, sq, y, 200) / 200
     iters = max(200, int(0.8 / max(per_call, 1e-6)))  # ~0.8 s of kernels in one native call
     before_isa, before_threads = _native.isa(), lowbit.get_threads()
-    for change in (lambda: lowbit.set_isa("scalar"), lambda: lowbit.set_threads(1)):
+    # each change must really change the setting: asking for the value in force returns at once (nothing to wait for)
+    other_isa = "scalar" if before_isa != "scalar" else next(i for i in lowbit.cpu_info()["available"] if i != "scalar")
+    other_threads = 1 if before_threads != 1 else 2
+    for change in (lambda: lowbit.set_isa(other_isa), lambda: lowbit.set_threads(other_threads)):
         for attempt in range(4):  # a loaded machine may finish the kernel before the change is even tried
             span = {}
 
