@@ -133,18 +133,13 @@ class TernaryWeight(IntCodeWeight):
         """scale: "tensor" | "row" (or group_size= a multiple of 32); method: "absmean" (BitNet) | "mse".
         w: float32 / float16 [M, K] or SourceRows; absmean runs natively (ternary_native.py), bit-identical
         to quantize_reference."""
-        if method != "absmean":
-            return cls.quantize_reference(as_source(w).float32(), scale, group_size, method)
-        from lowbit.formats.ternary_native import ternary_pack, ternary_scales
-
         src = as_source(w)
-        if group_size:
-            scale = "group"
-        kp = padded_k(src.shape[1])
-        group = resolve_group(group_size if scale == "group" else None, src.shape[1])
-        a16, scale = ternary_scales(src, scale, group, kp)
-        codes, scales = ternary_pack(src, a16, group, kp, tq1=False)
-        return cls(src.shape, group, codes, scales, None, {"scale_mode": scale})
+        if method != "absmean":
+            return cls.quantize_reference(src.float32(), scale, group_size, method)
+        from lowbit.formats.ternary_native import quantize_absmean
+
+        group, codes, scales, mode = quantize_absmean(src, scale, group_size, padded_k, resolve_group, tq1=False)
+        return cls(src.shape, group, codes, scales, None, {"scale_mode": mode})
 
     @classmethod
     def quantize_reference(cls, w, scale: str = "tensor", group_size: int | None = None, method: str = "absmean",

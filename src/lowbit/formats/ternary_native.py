@@ -63,3 +63,15 @@ def ternary_pack(src: SourceRows, a16: np.ndarray, group: int, kp: int, tq1: boo
     _native.ternary_pack(src.data, src.kind_id, m, k, src.rows, a16.reshape(-1), group, tq1, codes,
                          scale.view(np.uint16))
     return codes, scale
+
+
+def quantize_absmean(src: SourceRows, scale: str, group_size, padded_k, resolve_group, tq1: bool):
+    """The native absmean path shared by TernaryWeight and TQ1Weight (each passes its own K padding and
+    group rule): -> (group, codes, scales, scale_mode)."""
+    if group_size:
+        scale = "group"
+    kp = padded_k(src.shape[1])
+    group = resolve_group(group_size if scale == "group" else None, src.shape[1])
+    a16, scale = ternary_scales(src, scale, group, kp)
+    codes, scales = ternary_pack(src, a16, group, kp, tq1=tq1)
+    return group, codes, scales, scale

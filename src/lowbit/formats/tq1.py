@@ -96,18 +96,13 @@ class TQ1Weight(PackedWeight):
         (ternary_native.py), bit-identical to it."""
         from lowbit.formats.intcodes import as_source
 
-        if method != "absmean":
-            return cls.quantize_reference(as_source(w).float32(), scale, group_size, method)
-        from lowbit.formats.ternary_native import ternary_pack, ternary_scales
-
         src = as_source(w)
-        if group_size:
-            scale = "group"
-        kp = padded_k(src.shape[1])
-        group = resolve_group(group_size if scale == "group" else None, src.shape[1])
-        a16, scale = ternary_scales(src, scale, group, kp)
-        codes, scales = ternary_pack(src, a16, group, kp, tq1=True)
-        return cls(src.shape, group, codes, scales, {"scale_mode": scale})
+        if method != "absmean":
+            return cls.quantize_reference(src.float32(), scale, group_size, method)
+        from lowbit.formats.ternary_native import quantize_absmean
+
+        group, codes, scales, mode = quantize_absmean(src, scale, group_size, padded_k, resolve_group, tq1=True)
+        return cls(src.shape, group, codes, scales, {"scale_mode": mode})
 
     @classmethod
     def quantize_reference(cls, w, scale: str = "tensor", group_size: int | None = None, method: str = "absmean",
