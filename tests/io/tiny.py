@@ -201,6 +201,20 @@ def gguf_name(name: str) -> str:
     return f"blk.{i}.{BLOCK[base]}.{kind}"
 
 
+def add_byte_bpe_tokenizer(w, vocab_size: int, pre: str = "gpt2") -> None:
+    """Writes byte_bpe_parts' tokenizer (gpt2 model, BOS 1, EOS 2, no BOS added, ChatML) into GGUFWriter w."""
+    tokens, merges, ttypes = byte_bpe_parts(vocab_size)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(ttypes)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHATML)
+
+
 def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str, str] | None = None,
                arch: str = "llama", pre: str = "smollm", default_type: str = "F32",
                raw: dict | None = None, gguf_tensors: dict | None = None) -> pathlib.Path:
@@ -225,16 +239,7 @@ def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str,
     w.add_rope_dimension_count(full["head_dim"])
     w.add_layer_norm_rms_eps(full["rms_norm_eps"])
     w.add_rope_freq_base(full["rope_theta"])
-    tokens, merges, ttypes = byte_bpe_parts(full["vocab_size"])
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(pre)
-    w.add_token_list(tokens)
-    w.add_token_types(ttypes)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    add_byte_bpe_tokenizer(w, full["vocab_size"], pre)
     for name, a in weights.items():
         if arch == "llama" and name.endswith("q_proj.weight"):
             a = permute_qk(a, full["num_attention_heads"])

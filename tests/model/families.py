@@ -7,7 +7,7 @@ import pathlib
 
 import numpy as np
 
-from tests.io.tiny import CHATML, byte_bpe_parts, permute_qk, write_tokenizer
+from tests.io.tiny import add_byte_bpe_tokenizer, permute_qk, write_tokenizer
 
 VOCAB = 300
 COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -120,16 +120,7 @@ def write_gguf_family(path, family: str, model, qtype: str = "F32"):
     if family == "gemma2":
         w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         w.add_final_logit_softcapping(cfg.final_logit_softcapping)
-    tokens, merges, ttypes = byte_bpe_parts(VOCAB)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2" if family.startswith("qwen") else "gpt2")
-    w.add_token_list(tokens)
-    w.add_token_types(ttypes)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    add_byte_bpe_tokenizer(w, VOCAB, "qwen2" if family.startswith("qwen") else "gpt2")
     if family == "phi3":
         rp = cfg.rope_parameters
         w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
