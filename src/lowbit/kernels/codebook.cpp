@@ -29,7 +29,7 @@ void codebook_task(void* p, int64_t t) {
   thread_local std::vector<float> tables;
   const size_t need = (size_t)codebook_table_floats(j.w, n1 - n0);
   if (tables.size() < need) tables.resize(need);
-  const int64_t ldy = j.w.Mt * 8;
+  const int64_t ldy = j.w.Mt * j.w.tile();
   j.k(j.w, j.x + n0 * j.w.Kp, j.w.Kp, n1 - n0, g0, g1, t0, t1, j.yp + (gc * j.N + n0) * ldy, ldy, tables.data());
 }
 
@@ -88,6 +88,11 @@ void codebook_assign(const float* x, const float* wt, const float* booksT, int64
 
 int64_t codebook_table_floats(const CodebookWeights& w, int64_t N) {
   // psum tables of one group for N tokens, or the dequantize kernel's [8 rows][group] buffer
+  if (w.lut4()) {
+    // int8 tables [N][Pp][16] + d [N] + a float build buffer [Pp][16]; dequantize: [32][group] + unpacked codes
+    const int64_t pp = w.pairs_padded_full();
+    return std::max<int64_t>(N * pp * 4 + N + pp * 16, 32 * w.group + pp * 8) + 64;
+  }
   return std::max<int64_t>(N * w.segs_full() * w.m * w.nc, 8 * w.group) + 64;
 }
 
@@ -116,7 +121,7 @@ void codebook_run(const CodebookWeights& w, const float* x, int64_t N, float* y,
   j.n_gc = (w.G + j.gpc - 1) / j.gpc;
   j.tpc = (w.Mt + j.n_rc - 1) / j.n_rc;
   j.n_rc = (w.Mt + j.tpc - 1) / j.tpc;
-  const int64_t ldy = w.Mt * 8;
+  const int64_t ldy = w.Mt * w.tile();
   std::vector<float> yp((size_t)(j.n_gc * N * ldy), 0.f);
   j.yp = yp.data();
   pool_run(j.tasks(), codebook_task, &j);
