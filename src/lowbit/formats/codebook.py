@@ -16,7 +16,8 @@ Layout (kernels/codebook.h has the same description next to the kernels):
 Two kernels: the Psumbook one (per token and group, the inner products of each input segment with every
 centroid, then one lookup per code) and dequantize-then-multiply (the usual kernel, the paper's baseline).
 For b == 4 the Psumbook tables are int8 (16 entries: one register, looked up with vpshufb).
-``matmul`` uses the Psumbook for up to PSUM_MAX_TOKENS tokens and dequantize-then-multiply above.
+``matmul`` uses the Psumbook for up to PSUM_MAX_TOKENS tokens and dequantize-then-multiply above (b == 4: always
+the Psumbook).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from lowbit.formats.base import Activations, PackedWeight, check_weight
 
 TILE = 8
 LUT_TILE = 32  # b == 4: rows per tile of the nibble (register-table) layout
-PSUM_MAX_TOKENS = 16  # kernels/codebook.h kCodebookPsumMaxTokens: the native decoder makes the same choice
+PSUM_MAX_TOKENS = 16  # kernels/codebook.h codebook_use_psum: the native decoder makes the same choice
 DEFAULTS = {"m": 1, "v": 4, "b": 8, "g": 128}
 _SPEC = re.compile(r"^codebook(?:-m(\d+)v(\d+)b(\d+)g(\d+))?$")
 
@@ -234,7 +235,12 @@ class CodebookWeight(PackedWeight):
         return y
 
     def _matmul(self, acts: Activations) -> np.ndarray:
-        return self.matmul_kernel(acts.x, acts.shape[0] <= PSUM_MAX_TOKENS)
+        return self.matmul_kernel(acts.x, self.use_psum(acts.shape[0]))
+
+    def use_psum(self, n_tokens: int) -> bool:
+        """The Psumbook up to PSUM_MAX_TOKENS tokens, dequantize-then-multiply above; b == 4 always the
+        Psumbook (register tables: cheaper per token than decoding m vectors per weight)."""
+        return self.b == 4 or n_tokens <= PSUM_MAX_TOKENS
 
     def state(self):
         meta = {"format": self.format, "M": self.shape[0], "K": self.shape[1], "m": self.m, "v": self.v, "b": self.b,

@@ -86,8 +86,10 @@ float codebook_lut4_tables_scalar(const CodebookWeights& w, const float* xg, int
 // a 32-row tile's nibble codes [Pp/2][32] -> bytes [P][32] (code of pair q, row j at [q][j])
 void codebook_lut4_unpack(const uint8_t* tc, int64_t P, uint8_t* out);
 
-// matmul's choice (formats/codebook.py PSUM_MAX_TOKENS): the Psumbook up to this many tokens, else dequantize.
+// matmul's choice (formats/codebook.py use_psum): the Psumbook up to this many tokens, else dequantize; b == 4
+// always takes the Psumbook (its lookups cost less per token than decoding m codebook vectors per weight).
 constexpr int64_t kCodebookPsumMaxTokens = 16;
+inline bool codebook_use_psum(const CodebookWeights& w, int64_t N) { return w.lut4() || N <= kCodebookPsumMaxTokens; }
 
 // The path for the active ISA ("scalar" -> the C++ twin, any SIMD level -> AVX2). psum: the Psumbook
 // kernel, else dequantize-then-multiply. name: the path chosen.
