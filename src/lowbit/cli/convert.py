@@ -62,6 +62,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cb.add_argument("--g", type=int, default=128, help="inputs per float16 scale, a multiple of v (default 128)")
     cb.add_argument("--iters", type=int, default=4, help="code/codebook refinement rounds after k-means (default 4)")
     cb.add_argument("--seed", type=int, default=0, help="seed of the k-means sampling (default 0)")
+    cb.add_argument("--beam", type=int, default=8,
+                    help="beam width of the code search for m > 1 (AQLM; exact joint search when 2^(m*b) <= 256; default 8)")
     cb.add_argument("--calibration", metavar="TEXT", default=None,
                     help="a text file: weight each input channel's error by its mean x^2 over the text (run through "
                          "the source model in float32); use a different text from the one you evaluate on")
@@ -79,7 +81,8 @@ def main(args) -> int:
 
     options = None
     if args.format == "codebook":
-        options = {"m": args.m, "v": args.v, "b": args.b, "g": args.g, "iters": args.iters, "seed": args.seed}
+        options = {"m": args.m, "v": args.v, "b": args.b, "g": args.g, "iters": args.iters, "seed": args.seed,
+                   "beam": args.beam}
     try:
         out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
                       lm_head_format=args.lm_head_format, embed_format=args.embed_format,

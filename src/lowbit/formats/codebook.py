@@ -164,9 +164,10 @@ class CodebookWeight(PackedWeight):
 
     @classmethod
     def quantize(cls, w, m: int = 1, v: int = 4, b: int = 8, g: int | None = None, group_size: int | None = None,
-                 seed: int = 0, iters: int = 4, importance=None, **options) -> "CodebookWeight":
+                 seed: int = 0, iters: int = 4, importance=None, beam: int = 8, **options) -> "CodebookWeight":
         """Fits m codebooks of 2^b centroids of v inputs to w (float32 [M, K]); g (or group_size) inputs per
-        scale (default 128). importance: float [K] per-input weights (calibration mean x^2) or None."""
+        scale (default 128). importance: float [K] per-input weights (calibration mean x^2) or None; beam:
+        the code search's beam width for m > 1 (codebook_beam)."""
         from lowbit.formats.codebook_quant import fit_codebooks
 
         w = check_weight(w)
@@ -174,7 +175,9 @@ class CodebookWeight(PackedWeight):
         check_params(m, v, b, group)
         kp = -(-w.shape[1] // v) * v
         group = min(group, kp)
-        idx, s, books = fit_codebooks(w, m, v, b, group, seed=seed, iters=iters, importance=importance)
+        if beam < 1:
+            raise ValueError(f"codebook: beam must be >= 1, got {beam}")
+        idx, s, books = fit_codebooks(w, m, v, b, group, seed=seed, iters=iters, importance=importance, beam=beam)
         return cls.from_parts(idx, s, books, group, k=w.shape[1], seed=seed, weighted=importance is not None)
 
     @classmethod

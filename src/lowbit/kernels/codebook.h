@@ -103,4 +103,13 @@ void codebook_run(const CodebookWeights& w, const float* x, int64_t N, float* y,
 void codebook_assign(const float* x, const float* wt, const float* booksT, int64_t n, int64_t v, int64_t nc,
                      uint8_t* out);
 
+// The quantizer's code search for additive codebooks (AQLM beam search): per vector a beam of up to `beam`
+// distinct code tuples starts at codes[i] (in: the start tuple); for each codebook in turn every member's
+// code is replaced by each of the nc centroids and the best `beam` distinct tuples are kept; codes[i] (out)
+// is the best tuple. Error sum_t wt[i][t] (x[i][t] - sum_k C_k[code_k][t])^2 (wt null: all ones); it never
+// rises above the start's. x, wt [n][v], books [m][nc][v] (nc <= 256), codes [n][m]. On the thread pool;
+// deterministic (ties keep the earlier candidate).
+void codebook_beam(const float* x, const float* wt, const float* books, int64_t n, int64_t m, int64_t v, int64_t nc,
+                   int64_t beam, uint8_t* codes);
+
 }  // namespace lowbit
