@@ -179,3 +179,17 @@ def test_lut4_kernels_every_isa(isa, rng, m, v, b, g, rows, k, n):
     assert np.all(np.abs(y - emu) <= flips + float_tol), f"{isa} psum vs int8 emulation: {np.abs(y - emu).max()}"
     # the int8 psums cost little: typical error a small fraction of the output scale
     assert np.sqrt(np.mean((y - ref) ** 2)) < 0.05 * np.sqrt(np.mean(ref ** 2))
+
+
+def test_lut4_error_falls_as_bits_rise_and_kernel_follows(rng):
+    w = (rng.standard_normal((64, 512)) * rng.uniform(0.2, 2.0, size=(64, 1))).astype(np.float32)
+    x = rng.standard_normal((2, 512)).astype(np.float32)
+    errs = []
+    for m, v in [(2, 8), (2, 4), (3, 4)]:  # ~1.1, ~2.1, ~3.1 bits per weight, all b = 4 (register tables)
+        pw = quantize(w, "codebook", m=m, v=v, b=4, g=128, iters=2)
+        assert pw.tile == 32
+        errs.append(float(np.mean((pw.dequantize() - w) ** 2) / np.mean(w ** 2)))
+        ref = x @ pw.dequantize().T
+        assert np.sqrt(np.mean((pw.matmul(x) - ref) ** 2)) < 0.02 * np.sqrt(np.mean(ref ** 2))
+    assert errs[0] > errs[1] > errs[2], errs
+    assert errs[1] < 0.15, errs
