@@ -70,10 +70,12 @@ def test_rsr_figures_json_table_and_plot(tmp_path, capsys, monkeypatch):
     res = json.loads(capsys.readouterr().out)
     assert [(r["n"], r["kind"]) for r in res["fig11"]] == [(256, "binary"), (256, "ternary"), (512, "binary"),
                                                            (512, "ternary")]
-    assert all(r["numpy_dot_s"] > 0 and r["numpy_rsr_s"] > 0 for r in res["fig11"])
-    assert [r["n"] for r in res["fig4"]] == [256, 512] and all(r["rsr_s"] > 0 and r["rsrpp_s"] > 0 for r in res["fig4"])
+    assert all(r["numpy_dot_s"] > 0 and r["numpy_rsr_s"] > 0 and r["numpy_dot_int64_s"] > 0 for r in res["fig11"])
+    assert [r["n"] for r in res["fig4"]] == [256, 512]
+    assert all(r[key] > 0 for r in res["fig4"] for key in ("rsr_s", "rsrpp_s", "rsrpp_i8_s", "lut_s"))
     assert {(r["M"], r["K"]) for r in res["dense"]} == {(1536, 1536), (4096, 1536), (1536, 4096)}
     assert all(r["N"] == 32 and r["dense_us"] > 0 and r["rsr_us"] > 0 and r["index_bytes"] > 0 for r in res["dense"])
+    assert all(r["lut_us"] > 0 and r["lut_bytes"] == 2 * r["M"] * r["K"] // 8 for r in res["dense"])
     assert [r["n"] for r in res["size"]] == [256, 512]
     assert plot.stat().st_size > 1000
     assert main(["bench", "rsr", "--parts", "size", "--min-n", "11", "--max-n", "16"]) == 0
