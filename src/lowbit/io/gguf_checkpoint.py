@@ -71,7 +71,7 @@ def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def field_value(field):
-    """A GGUF metadata value as Python (str, int, float, bool, or a list of them)."""
+    """A gguf-py GGUFReader field (tests that rewrite GGUFs with gguf's writer) as Python (str, int, float, bool, or a list of them)."""
     from gguf import GGUFValueType
     main = field.types[0]
     if main == GGUFValueType.ARRAY and field.types[-1] == GGUFValueType.STRING:
@@ -86,14 +86,14 @@ class GGUFCheckpoint(Checkpoint):
 
     def __init__(self, path):
         super().__init__(path)
-        from gguf import GGUFReader
+        from lowbit.io.gguf_file import GGUFFile
         if not self.path.is_file():
             raise FileNotFoundError(f"{self.path}: no such GGUF file")
         try:
-            self.reader = GGUFReader(self.path)
-        except Exception as e:  # the gguf package raises assorted errors on bad files
+            self.reader = GGUFFile(self.path)
+        except Exception as e:  # mmap / struct / numpy errors on bad files
             raise ValueError(f"{self.path}: malformed or truncated GGUF file ({type(e).__name__}: {e})") from None
-        self.meta = {k: f for k, f in self.reader.fields.items() if not k.startswith("GGUF.")}
+        self.meta = self.reader.fields
         self.arch = self.get("general.architecture")
         if self.arch not in ARCHS:
             raise ValueError(f"{self.path}: unsupported GGUF architecture {self.arch!r}; lowbit supports {', '.join(ARCHS)}")
@@ -139,8 +139,10 @@ class GGUFCheckpoint(Checkpoint):
                 raise ValueError(f"{self.path}: tensor {t.name!r} is truncated ({t.data.nbytes} of {t.n_bytes} bytes)")
 
     def get(self, key: str, default=None):
-        f = self.meta.get(key)
-        return default if f is None else field_value(f)
+        v = self.meta.get(key)
+        if v is None:
+            return default
+        return v.tolist() if isinstance(v, np.ndarray) else v
 
     def _config(self) -> dict:
         a = self.arch
