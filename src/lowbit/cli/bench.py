@@ -8,7 +8,7 @@ import sys
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: bandwidth, gemv, e2e, serve, rsr, convert, llamacpp",
+    p = sub.add_parser("bench", help="benchmarks: bandwidth, roof, gemv, e2e, serve, rsr, convert, llamacpp",
                        description="Benchmarks that measure lowbit against this machine's read bandwidth.")
     bsub = p.add_subparsers(dest="bench", metavar="BENCH")
 
