@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import lowbit
-from lowbit.bench import bandwidth, memory
+from lowbit.bench import bandwidth, memory, roof
 from lowbit.bench.gemv import random_weight
 from lowbit.bench.shapes import MODEL_SHAPES
 from lowbit.formats import PackedWeight
@@ -23,12 +23,14 @@ LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_att
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
-def shape_model(name: str, fmt: str, lm_head_format: str = "int8", layers: int | None = None,
+def shape_model(name: str, fmt: str, lm_head_format: str | None = None, layers: int | None = None,
                 max_context: int = 1024, seed: int = 0):
-    """A model of a named shape with random weights in `fmt` (lm_head in `lm_head_format`)."""
+    """A model of a named shape with random weights in `fmt` (lm_head in `lm_head_format`, default convert's)."""
+    from lowbit.io.convert import LM_HEAD_FORMAT
     from lowbit.model import Model
     from lowbit.model.dummy import weight_shapes
 
+    lm_head_format = lm_head_format or LM_HEAD_FORMAT
     if name not in MODEL_SHAPES:
         raise ValueError(f"unknown shape {name!r}; known: {', '.join(MODEL_SHAPES)}")
     cfg = {k: v for k, v in MODEL_SHAPES[name].items() if k != "label"}
@@ -101,6 +103,16 @@ def run(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats: int = 3,
             "tg_tps": float(np.mean(tg)), "tg_sd": float(np.std(tg)), "tg_rounds": [float(v) for v in tg]}
 
 
+def prefill_macs_per_token(model, prompt_tokens: int) -> int:
+    """Weight MACs per prompt token: every decoder linear once per token, lm_head once per prompt (prefill
+    computes the last token's logits only). Attention's q.k and p.v are not counted."""
+    macs = 0
+    for name, lin in model.linears().items():
+        m, k = lin.weight.shape
+        macs += m * k / prompt_tokens if name == "lm_head" else m * k
+    return int(macs)
+
+
 def describe(model) -> dict:
     n_bytes = n_weights = 0
     formats = {}
@@ -130,9 +142,15 @@ def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int
     fractions = [tps * per_tok_bytes / (max(roofs[i], roofs[i + 1]) * 1e9) for i, tps in enumerate(speed["tg_rounds"])]
     per_tok = bytes_per_token(model, prompt_tokens + gen_tokens / 2)
     roof_tps = bw["gbps"] * 1e9 / per_tok["total"]
+    # Prefill against the int8 compute roof of the same threads (`lowbit bench roof`).
+    compute = roof.measure(threads)
+    pp_macs = prefill_macs_per_token(model, prompt_tokens)
+    compute_fraction = speed["pp_tps"] * pp_macs / (compute["gmacs"] * 1e9)
     return {"model": label, "threads": threads, **speed, **describe(model), "bytes_per_token": per_tok,
             "bandwidth_gbps": bw["gbps"], "bandwidth_samples": bw["samples"], "roofline_tps": roof_tps, "roofline_fraction": float(np.mean(fractions)),
             "roofline_fraction_sd": float(np.std(fractions)),
+            "prefill_macs_per_token": pp_macs, "int8_roof_gmacs": compute["gmacs"],
+            "prefill_gmacs": speed["pp_tps"] * pp_macs / 1e9, "prefill_roof_fraction": compute_fraction,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "isa": lowbit.cpu_info()["isa"]}
 
@@ -142,7 +160,8 @@ def print_result(r: dict) -> None:
     print(f"{r['model']}: {r['params'] / 1e9:.2f} B params, {r['size_bytes'] / 1e9:.2f} GB, "
           f"{r['bits_per_weight']:.2f} bits/weight in the linears ({', '.join(r['formats'])}), ISA {r['isa']}, "
           f"{r['threads']} thread(s)")
-    print(f"  prompt  pp{r['prompt_tokens']:<4d} {r['pp_tps']:9.1f} ± {r['pp_sd']:.1f} tok/s")
+    print(f"  prompt  pp{r['prompt_tokens']:<4d} {r['pp_tps']:9.1f} ± {r['pp_sd']:.1f} tok/s   "
+          f"({r['prefill_macs_per_token'] / 1e9:.2f} G weight MACs/token -> {r['prefill_gmacs']:.1f} G MAC/s)")
     print(f"  decode  tg{r['gen_tokens']:<4d} {r['tg_tps']:9.1f} ± {r['tg_sd']:.1f} tok/s   (mean ± sd of {r['repeats']} after a warm-up)")
     print(f"  bytes/token {b['total'] / 1e6:.1f} MB = blocks {b['blocks'] / 1e6:.1f} + lm_head {b['lm_head'] / 1e6:.1f} "
           f"+ KV cache {b['kv_cache'] / 1e6:.1f}; bandwidth {r['bandwidth_gbps']:.1f} GB/s (highest of "
@@ -150,6 +169,8 @@ def print_result(r: dict) -> None:
           f"{r['roofline_tps']:.1f} tok/s")
     print(f"  decode at {100 * r['roofline_fraction']:.0f} ± {100 * r['roofline_fraction_sd']:.0f}% of the roofline "
           f"(each round against the bandwidth read around it)")
+    print(f"  prefill at {100 * r['prefill_roof_fraction']:.0f}% of the int8 compute roof "
+          f"({r['int8_roof_gmacs']:.0f} G MAC/s with {r['threads']} thread(s), `lowbit bench roof`)")
     print(f"  peak memory (RSS) {r['peak_rss_bytes'] / 1e9:.2f} GB")
 
 
@@ -161,7 +182,9 @@ def add_parser(bsub) -> None:
     src.add_argument("-m", "--model", help="model dir, HF folder or GGUF")
     src.add_argument("--shape", choices=sorted(MODEL_SHAPES), help="a model shape with random weights")
     e.add_argument("--format", default="ternary", help="weight format of the decoder linears (default ternary)")
-    e.add_argument("--lm-head-format", default="int8", help="format of lm_head for --shape (default int8)")
+    e.add_argument("--lm-head-format", default=None,
+                   help="format of lm_head (default: lowbit convert's, see `lowbit convert --help`); with -m, the "
+                        "conversion setting of a GGUF / HF source")
     e.add_argument("--layers", type=int, default=None, help="override the number of layers of --shape (memory)")
     e.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     e.add_argument("-p", "--prompt-tokens", type=int, default=128, help="prompt length (default 128)")
@@ -174,13 +197,16 @@ def add_parser(bsub) -> None:
 def main(args) -> int:
     threads = args.threads or lowbit.cpu_info()["physical_cores"]
     if args.shape:
-        model, _ = shape_model(args.shape, args.format, args.lm_head_format, args.layers,
+        from lowbit.io.convert import LM_HEAD_FORMAT
+
+        head = args.lm_head_format or LM_HEAD_FORMAT
+        model, _ = shape_model(args.shape, args.format, head, args.layers,
                                max_context=args.prompt_tokens + args.gen_tokens + 8)
-        label = f"{args.shape} ({args.format}, lm_head {args.lm_head_format}, random weights"
+        label = f"{args.shape} ({args.format}, lm_head {head}, random weights"
         label += f", {args.layers} layers)" if args.layers else ")"
     else:
         from lowbit.api import load
-        llm = load(args.model or _default_model(), format=args.format)
+        llm = load(args.model or _default_model(), format=args.format, lm_head_format=args.lm_head_format)
         model = llm.model
         label = str(args.model or "default model")
     res = bench(model, threads, args.prompt_tokens, args.gen_tokens, args.repeats, label)

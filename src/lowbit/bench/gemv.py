@@ -42,7 +42,7 @@ def codebook_setting(fmt: str) -> tuple[dict, bool] | None:
     spec = parse_spec(fmt if psum else fmt[:-len(DEQUANT_SUFFIX)])
     return None if spec is None else (spec, psum)
 ROTATE_L3_FACTOR = 8
-DEFAULT_GROUP = {"int4": 32, "int2": 64}  # the formats' own defaults
+DEFAULT_GROUP = {"int8": 32, "int4": 32, "int2": 64}  # the formats' own defaults (int8: Q8_0-like blocks)
 
 
 def l3_bytes() -> int:

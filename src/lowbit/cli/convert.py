@@ -35,6 +35,8 @@ leaves no OUT behind.
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from lowbit.io.convert import LM_HEAD_FORMAT
+
     formats = "\n".join(f"  {k:<8} {v}" for k, v in FORMAT_HELP.items())
     p = subparsers.add_parser(
         "convert", help="convert a checkpoint (HF safetensors or GGUF) to a lowbit model directory",
@@ -48,8 +50,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
                    help="input channels per scale, a multiple of 32 (default: the format's own: 32 for int4 and int8, 64 for int2, "
                         "one per tensor for ternary)")
-    p.add_argument("--lm-head-format", default="int8", choices=list(FORMAT_HELP), metavar="FMT",
-                   help="format of the output projection (default: int8)")
+    p.add_argument("--lm-head-format", default=None, choices=list(FORMAT_HELP), metavar="FMT",
+                   help=f"format of the output projection (default: {LM_HEAD_FORMAT}; a tied embedding gets its own "
+                        "copy in this format)")
     p.add_argument("--embed-format", default="bf16", choices=list(FORMAT_HELP), metavar="FMT",
                    help="format of the embedding table (default: bf16)")
     p.add_argument("--ternary-method", default="absmean", choices=["absmean", "mse"],
@@ -76,7 +79,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from lowbit.io.convert import convert
+    from lowbit.io.convert import LM_HEAD_FORMAT, convert
     from lowbit.io.modeldir import LowbitCheckpoint
 
     options = None
@@ -85,7 +88,7 @@ def main(args) -> int:
                    "beam": args.beam}
     try:
         out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
-                      lm_head_format=args.lm_head_format, embed_format=args.embed_format,
+                      lm_head_format=args.lm_head_format or LM_HEAD_FORMAT, embed_format=args.embed_format,
                       overwrite=args.force, progress=not args.quiet, ternary_method=args.ternary_method,
                       format_options=options, calibration=args.calibration,
                       calibration_tokens=args.calibration_tokens)
