@@ -109,11 +109,12 @@ void Decoder::decode(float* x, int64_t pos, float* logits) {
   step(x, 1, &pos, &slot, logits, 0, kStepDecode);
 }
 
-void Decoder::forward(float* x, int64_t N, int64_t pos, int64_t slot, float* logits, bool all_logits) {
+void Decoder::forward(float* x, int64_t N, int64_t pos, int64_t slot, float* logits, Logits which) {
   pos_.resize(N);
   slot_.assign(N, slot);
   for (int64_t i = 0; i < N; ++i) pos_[i] = pos + i;
-  step(x, N, pos_.data(), slot_.data(), logits, all_logits ? 0 : N - 1, N == 1 ? kStepDecode : kStepPrefill);
+  const int64_t first = which == kAllLogits ? 0 : which == kLastLogits ? N - 1 : N;
+  step(x, N, pos_.data(), slot_.data(), logits, first, N == 1 ? kStepDecode : kStepPrefill);
 }
 
 void Decoder::decode_batch(float* x, int64_t B, const int64_t* pos, const int64_t* slot, float* logits) {
@@ -218,12 +219,14 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     residual(L.post_ffn);
   }
   const int64_t NL = R - first_logit;  // rows that need logits
-  for (int64_t r = 0; r < NL; ++r) ops.rmsnorm(x + (first_logit + r) * H, norm_, H, eps, xn + r * H);
-  laps.lap(kProfRest);
-  const LinearRef* lins[1] = {&head_};
-  float* ys[1] = {logits};
-  run_linears(lins, ys, 1, xn, NL, act_);
-  laps.lap(kProfHead);
+  if (NL > 0) {
+    for_rows(NL, [&](int64_t r) { ops.rmsnorm(x + (first_logit + r) * H, norm_, H, eps, xn + r * H); });
+    laps.lap(kProfRest);
+    const LinearRef* lins[1] = {&head_};
+    float* ys[1] = {logits};
+    run_linears(lins, ys, 1, xn, NL, act_);
+    laps.lap(kProfHead);
+  }
   if (prof_on_) {
     StepProfile& p = prof_[kind];
     p.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();

@@ -63,9 +63,10 @@ class Decoder {
   // One token. x: [hidden] embedding of the token at `pos` (overwritten: the residual stream); logits: [vocab].
   void decode(float* x, int64_t pos, float* logits);
   // N consecutive tokens of the sequence in `slot`, at positions pos..pos+N-1 (prefill; the caller chunks
-  // long prompts). x: [N][hidden] embeddings (overwritten); logits: [N][vocab] if all_logits, else [vocab]
-  // of the last token.
-  void forward(float* x, int64_t N, int64_t pos, int64_t slot, float* logits, bool all_logits);
+  // long prompts). x: [N][hidden] embeddings (overwritten); logits: [N][vocab] (kAllLogits), [vocab] of the
+  // last token (kLastLogits), or none (kNoLogits: a prompt chunk that is not the last; may be null).
+  enum Logits : int { kNoLogits = 0, kLastLogits = 1, kAllLogits = 2 };
+  void forward(float* x, int64_t N, int64_t pos, int64_t slot, float* logits, Logits which);
   // The batched step (continuous batching): B tokens of B sequences, each at its own position and in its
   // own slot of a multi-slot cache whose slot 0 the layers' kc/vc point at (slot s starts slot_stride
   // elements later). x: [B][hidden] embeddings (overwritten); pos, slot: [B]; logits: [B][vocab].

@@ -290,24 +290,31 @@ void bind_decoder(nb::module_& m) {
            },
            nb::arg("x"), nb::arg("pos"), nb::arg("slot"), nb::arg("logits"))
       .def("forward",
-           [](PyDecoder& self, nb::handle hx, int64_t pos, int64_t slot, nb::handle hlogits, bool all_logits) {
+           [](PyDecoder& self, nb::handle hx, int64_t pos, int64_t slot, nb::handle hlogits, int which) {
              Decoder& d = self.d;
              require(d.has_output(), "forward: the output layer is not set (call set_output first)");
+             require(which >= 0 && which <= 2, "forward: logits_of must be 0 (none), 1 (the last token) or 2 (every token)");
              auto x = out<float, 2>(hx, "forward: x");
-             auto logits = out<float, 2>(hlogits, "forward: logits");
              const int64_t N = (int64_t)x.shape(0);
              require(N >= 1 && x.shape(1) == (size_t)d.shape().hidden, "forward: x must be [N, hidden] with N >= 1");
-             if (!is_shape(logits, all_logits ? N : 1, d.vocab()))
-               fail("forward: logits must be [" + std::string(all_logits ? "N" : "1") + ", vocab] = [" +
-                    std::to_string(all_logits ? N : 1) + ", " + std::to_string(d.vocab()) + "]");
+             float* lp = nullptr;
+             if (which != 0) {
+               auto logits = out<float, 2>(hlogits, "forward: logits");
+               const int64_t rows = which == 2 ? N : 1;
+               if (!is_shape(logits, rows, d.vocab()))
+                 fail("forward: logits must be [" + std::to_string(rows) + ", vocab = " + std::to_string(d.vocab()) + "]");
+               lp = logits.data();
+             }
              require(pos >= 0 && pos + N <= d.shape().max_ctx, "forward: positions pos..pos+N-1 must lie inside the cache");
              require(slot >= 0 && slot < d.n_slots(), "forward: slot outside the cache");
              nb::gil_scoped_release release;
              std::lock_guard<std::mutex> lock(self.mu);
              KernelsRunning running(settings_mutex());
-             d.forward(x.data(), N, pos, slot, logits.data(), all_logits);
+             d.forward(x.data(), N, pos, slot, lp, (Decoder::Logits)which);
            },
-           nb::arg("x"), nb::arg("pos"), nb::arg("slot"), nb::arg("logits"), nb::arg("all_logits"))
+           nb::arg("x"), nb::arg("pos"), nb::arg("slot"), nb::arg("logits").none(), nb::arg("logits_of"),
+           "N tokens of one sequence at positions pos..pos+N-1 of `slot`; logits_of 0: none, 1: the last token's "
+           "[1, vocab], 2: every token's [N, vocab]")
       .def("set_profile",
            [](PyDecoder& self, bool on) {
              nb::gil_scoped_release release;
