@@ -3,6 +3,7 @@ never asserted in tests)."""
 import json
 
 import numpy as np
+import pytest
 
 from lowbit.bench.gemv import random_weight, time_matmul
 from lowbit.cli import main
@@ -54,6 +55,21 @@ def test_e2e_shape_json(capsys):
     b = res["bytes_per_token"]
     assert b["total"] == b["blocks"] + b["lm_head"] + b["kv_cache"] and b["lm_head"] == 32000 * 1536 + 500 * 64 * 2
     assert res["tg_tps"] > 0 and res["pp_tps"] > 0 and 0 < res["roofline_fraction"]
+
+
+def test_e2e_profile(capsys):
+    args = ["bench", "e2e", "--shape", "bitnet-0.7b", "--layers", "1", "-p", "8", "-n", "4", "-r", "1", "-t", "2"]
+    assert main(args + ["--profile", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["profile"]
+    for kind, n in (("decode", 4), ("prefill", 8)):
+        row = p[kind]
+        assert row["tokens"] == n
+        parts = [row[c] for c in ("gemv", "join", "attention", "lm_head", "rest", "python")]
+        assert min(parts) >= 0 and row["gemv"] > 0 and row["lm_head"] > 0
+        assert sum(parts) == pytest.approx(row["total"], rel=1e-3)
+    assert main(args + ["--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "join waits" in out and "decode tg4" in out and "prefill pp8" in out
 
 
 def test_bad_arguments_fail_clearly(capsys):
