@@ -16,6 +16,17 @@ def test_bandwidth_json(capsys):
     assert all(r["gbps"] > 0 and r["bytes"] == 16 << 20 for r in res)
 
 
+def test_roof_json_and_table(capsys):
+    assert main(["bench", "roof", "-t", "2", "--min-time", "0.01", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [r["threads"] for r in res] == [1, 2]
+    assert all(r["gmacs"] > 0 and r["gmacs_per_thread"] == r["gmacs"] / r["threads"] for r in res)
+    assert main(["bench", "roof", "-t", "1", "--min-time", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "int8 compute roof" in out and "G MAC/s" in out
+    assert main(["bench", "roof", "--min-time", "0"]) == 1
+
+
 def test_gemv_table_and_plot(tmp_path, capsys):
     plot = tmp_path / "gemv.png"
     args = ["bench", "gemv", "--models", "mobilellm-1.5b", "--formats", "bf16,ternary", "-t", "1",
@@ -55,6 +66,10 @@ def test_e2e_shape_json(capsys):
     b = res["bytes_per_token"]
     assert b["total"] == b["blocks"] + b["lm_head"] + b["kv_cache"] and b["lm_head"] == 32000 * 1536 + 500 * 64 * 2
     assert res["tg_tps"] > 0 and res["pp_tps"] > 0 and 0 < res["roofline_fraction"]
+    # one block: q, k, v, o (1536 x 1536) + gate, up, down (1536 x 4096) per token; lm_head once per 8 tokens
+    assert res["prefill_macs_per_token"] == 4 * 1536 * 1536 + 3 * 1536 * 4096 + 32000 * 1536 // 8
+    assert res["int8_roof_gmacs"] > 0
+    assert res["prefill_roof_fraction"] == res["pp_tps"] * res["prefill_macs_per_token"] / (res["int8_roof_gmacs"] * 1e9)
 
 
 def test_e2e_profile(capsys):
@@ -86,10 +101,12 @@ def test_rsr_figures_json_table_and_plot(tmp_path, capsys, monkeypatch):
     res = json.loads(capsys.readouterr().out)
     assert [(r["n"], r["kind"]) for r in res["fig11"]] == [(256, "binary"), (256, "ternary"), (512, "binary"),
                                                            (512, "ternary")]
-    assert all(r["numpy_dot_s"] > 0 and r["numpy_rsr_s"] > 0 for r in res["fig11"])
-    assert [r["n"] for r in res["fig4"]] == [256, 512] and all(r["rsr_s"] > 0 and r["rsrpp_s"] > 0 for r in res["fig4"])
+    assert all(r["numpy_dot_s"] > 0 and r["numpy_rsr_s"] > 0 and r["numpy_dot_int64_s"] > 0 for r in res["fig11"])
+    assert [r["n"] for r in res["fig4"]] == [256, 512]
+    assert all(r[key] > 0 for r in res["fig4"] for key in ("rsr_s", "rsrpp_s", "rsrpp_i8_s", "lut_s"))
     assert {(r["M"], r["K"]) for r in res["dense"]} == {(1536, 1536), (4096, 1536), (1536, 4096)}
     assert all(r["N"] == 32 and r["dense_us"] > 0 and r["rsr_us"] > 0 and r["index_bytes"] > 0 for r in res["dense"])
+    assert all(r["lut_us"] > 0 and r["lut_bytes"] == 2 * r["M"] * r["K"] // 8 for r in res["dense"])
     assert [r["n"] for r in res["size"]] == [256, 512]
     assert plot.stat().st_size > 1000
     assert main(["bench", "rsr", "--parts", "size", "--min-n", "11", "--max-n", "16"]) == 0

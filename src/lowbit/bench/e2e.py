@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import lowbit
-from lowbit.bench import bandwidth, memory
+from lowbit.bench import bandwidth, memory, roof
 from lowbit.bench.gemv import random_weight
 from lowbit.bench.shapes import MODEL_SHAPES
 from lowbit.formats import PackedWeight
@@ -101,6 +101,16 @@ def run(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats: int = 3,
             "tg_tps": float(np.mean(tg)), "tg_sd": float(np.std(tg)), "tg_rounds": [float(v) for v in tg]}
 
 
+def prefill_macs_per_token(model, prompt_tokens: int) -> int:
+    """Weight MACs per prompt token: every decoder linear once per token, lm_head once per prompt (prefill
+    computes the last token's logits only). Attention's q.k and p.v are not counted."""
+    macs = 0
+    for name, lin in model.linears().items():
+        m, k = lin.weight.shape
+        macs += m * k / prompt_tokens if name == "lm_head" else m * k
+    return int(macs)
+
+
 def describe(model) -> dict:
     n_bytes = n_weights = 0
     formats = {}
@@ -130,9 +140,15 @@ def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int
     fractions = [tps * per_tok_bytes / (max(roofs[i], roofs[i + 1]) * 1e9) for i, tps in enumerate(speed["tg_rounds"])]
     per_tok = bytes_per_token(model, prompt_tokens + gen_tokens / 2)
     roof_tps = bw["gbps"] * 1e9 / per_tok["total"]
+    # Prefill against the int8 compute roof of the same threads (`lowbit bench roof`).
+    compute = roof.measure(threads)
+    pp_macs = prefill_macs_per_token(model, prompt_tokens)
+    compute_fraction = speed["pp_tps"] * pp_macs / (compute["gmacs"] * 1e9)
     return {"model": label, "threads": threads, **speed, **describe(model), "bytes_per_token": per_tok,
             "bandwidth_gbps": bw["gbps"], "bandwidth_samples": bw["samples"], "roofline_tps": roof_tps, "roofline_fraction": float(np.mean(fractions)),
             "roofline_fraction_sd": float(np.std(fractions)),
+            "prefill_macs_per_token": pp_macs, "int8_roof_gmacs": compute["gmacs"],
+            "prefill_gmacs": speed["pp_tps"] * pp_macs / 1e9, "prefill_roof_fraction": compute_fraction,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "isa": lowbit.cpu_info()["isa"]}
 
@@ -142,7 +158,8 @@ def print_result(r: dict) -> None:
     print(f"{r['model']}: {r['params'] / 1e9:.2f} B params, {r['size_bytes'] / 1e9:.2f} GB, "
           f"{r['bits_per_weight']:.2f} bits/weight in the linears ({', '.join(r['formats'])}), ISA {r['isa']}, "
           f"{r['threads']} thread(s)")
-    print(f"  prompt  pp{r['prompt_tokens']:<4d} {r['pp_tps']:9.1f} ± {r['pp_sd']:.1f} tok/s")
+    print(f"  prompt  pp{r['prompt_tokens']:<4d} {r['pp_tps']:9.1f} ± {r['pp_sd']:.1f} tok/s   "
+          f"({r['prefill_macs_per_token'] / 1e9:.2f} G weight MACs/token -> {r['prefill_gmacs']:.1f} G MAC/s)")
     print(f"  decode  tg{r['gen_tokens']:<4d} {r['tg_tps']:9.1f} ± {r['tg_sd']:.1f} tok/s   (mean ± sd of {r['repeats']} after a warm-up)")
     print(f"  bytes/token {b['total'] / 1e6:.1f} MB = blocks {b['blocks'] / 1e6:.1f} + lm_head {b['lm_head'] / 1e6:.1f} "
           f"+ KV cache {b['kv_cache'] / 1e6:.1f}; bandwidth {r['bandwidth_gbps']:.1f} GB/s (highest of "
@@ -150,6 +167,8 @@ def print_result(r: dict) -> None:
           f"{r['roofline_tps']:.1f} tok/s")
     print(f"  decode at {100 * r['roofline_fraction']:.0f} ± {100 * r['roofline_fraction_sd']:.0f}% of the roofline "
           f"(each round against the bandwidth read around it)")
+    print(f"  prefill at {100 * r['prefill_roof_fraction']:.0f}% of the int8 compute roof "
+          f"({r['int8_roof_gmacs']:.0f} G MAC/s with {r['threads']} thread(s), `lowbit bench roof`)")
     print(f"  peak memory (RSS) {r['peak_rss_bytes'] / 1e9:.2f} GB")
 
 

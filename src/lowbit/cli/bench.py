@@ -1,4 +1,5 @@
-"""`lowbit bench bandwidth|gemv|e2e|serve|rsr`: speed against the machine's memory bandwidth."""
+"""`lowbit bench bandwidth|roof|gemv|e2e|serve|rsr`: speed against the machine's memory bandwidth and
+int8 compute roof."""
 from __future__ import annotations
 
 import importlib
@@ -17,6 +18,18 @@ def add_parser(sub) -> None:
     b.add_argument("--size-mb", type=int, default=1024, help="buffer size in MiB (default 1024)")
     b.add_argument("--json", action="store_true", help="print JSON instead of a table")
     b.set_defaults(func=main_bandwidth)
+
+    r = bsub.add_parser("roof", help="int8 multiply-accumulate peak per core and for 1..N threads (prefill's roof)",
+                        description="Runs the active ISA's int8 dot-product instructions on operands held in "
+                                    "registers (AVX2: vpmaddubsw + vpaddw into s16; AVX-VNNI/AVX-512: vpdpbusd; "
+                                    "scalar: a plain loop), with enough independent accumulators to hide their "
+                                    "latency: the most u8 x s8 MACs/s a kernel of this ISA can reach, per core and "
+                                    "on the thread pool. `bench e2e` reports prefill as a fraction of it. "
+                                    "LOWBIT_ISA=... measures another level.")
+    r.add_argument("-t", "--threads", type=int, default=None, help="max threads (default: physical cores)")
+    r.add_argument("--min-time", type=float, default=0.1, help="seconds per run (default 0.1; best of 3)")
+    r.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    r.set_defaults(func=main_roof)
 
     g = bsub.add_parser("gemv", help="GEMV/GEMM per format at Falcon3-1B, MobileLLM-1.5B, BitNet-2B, Llama3-8B shapes",
                         description="Times every weight format on real model shapes (weights rotated past the L3), "
@@ -64,6 +77,25 @@ def main_bandwidth(args) -> int:
     print(f"{'threads':>7}  {'GB/s':>7}  {'mean':>7}")
     for r in res:
         print(f"{r['threads']:>7}  {r['gbps']:7.1f}  {r['gbps_mean']:7.1f}")
+    return 0
+
+
+def main_roof(args) -> int:
+    from lowbit.bench import roof
+
+    if args.min_time <= 0:
+        raise ValueError("--min-time must be > 0")
+    res = roof.sweep(_threads(args), min_time=args.min_time)
+    if args.json:
+        json.dump(res, sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"int8 compute roof, ISA {res[0]['isa']}: {res[0]['probe']}, operands in registers, best of 3")
+    mhz = res[0]["mhz"]
+    print(f"{'threads':>7}  {'G MAC/s':>8}  {'per thread':>10}  {'MAC/cycle':>9}" + (f"  (at {mhz:.0f} MHz nominal)" if mhz else ""))
+    for r in res:
+        cyc = f"{r['macs_per_cycle']:9.1f}" if r["macs_per_cycle"] else f"{'-':>9s}"
+        print(f"{r['threads']:>7}  {r['gmacs']:8.1f}  {r['gmacs_per_thread']:10.1f}  {cyc}")
     return 0
 
 

@@ -36,7 +36,7 @@ COLLAPSE_WARNING = ("converting float weights to {fmt}: expect the model's quali
 
 
 def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = None,
-         ternary_method: str = "absmean", options: dict | None = None) -> PackedWeight:
+         ternary_method: str = "absmean", options: dict | None = None, release=None) -> PackedWeight:
     """value (float32 [M, K] or a PackedWeight) -> PackedWeight in fmt.
 
     A packed value already in fmt is kept as is (lossless: BitNet / TQ ternary stays ternary);
@@ -45,7 +45,7 @@ def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = No
     """
     if isinstance(value, SourceRows):  # a float matrix as stored (f32/f16/bf16 view of the source file)
         if fmt == "bf16":
-            return BF16Weight(bf16_from_source(value))
+            return BF16Weight(bf16_from_source(value, release=release))
         elif fmt not in NATIVE_FROM_SOURCE:
             value = value.float32()
     source_ternary = isinstance(value, TernaryWeight)
@@ -74,13 +74,16 @@ def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = No
     return packed
 
 
-def bf16_from_source(src: SourceRows, chunk_rows: int = 4096) -> np.ndarray:
-    """uint16 bf16 bits [M, K] of src, converted in row chunks (never the whole matrix in float32)."""
+def bf16_from_source(src: SourceRows, chunk_rows: int = 4096, release=None) -> np.ndarray:
+    """uint16 bf16 bits [M, K] of src, converted in row chunks (never the whole matrix in float32); release():
+    drops the source's mapped pages read so far, after each chunk (RSS holds the output, not the source too)."""
     if src.kind == "bf16" and src.rows is None:
         return src.data  # already bf16: the file's own bits
     out = np.empty(src.shape, np.uint16)
     for start in range(0, src.shape[0], chunk_rows):
         out[start:start + chunk_rows] = f32_to_bf16_bits(src.float32(start, start + chunk_rows))
+        if release is not None:
+            release()
     return out
 
 
@@ -170,7 +173,7 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
             elif name == LM_HEAD:
                 writer.add(name, pack(value, lm_head_format))
             elif name == EMBED:
-                writer.add(name, pack(value, embed_format))
+                writer.add(name, pack(value, embed_format, release=ckpt.release))
                 if tied:
                     writer.add(LM_HEAD, pack(value, lm_head_format))
                     bar.update(n_weights(config, EMBED))

@@ -25,6 +25,7 @@
 #include "dispatch.h"
 #include "linear.h"
 #include "py_args.h"
+#include "roof.h"
 #include "weight_args.h"
 #include "thread_pool.h"
 #include "tq1.h"
@@ -417,4 +418,18 @@ NB_MODULE(_native, m) {
     KernelsRunning running(settings_mutex());
     return pool_overhead(iters);
   }, nb::arg("iters"));
+  // (seconds, MACs, instruction mix) of the active ISA's int8 roof probe on `threads` pool threads.
+  m.def("int8_roof", [](int64_t iters, int threads) {
+    require(iters >= 1, "int8_roof: iters must be >= 1");
+    require(threads >= 1 && threads <= pool_threads(), "int8_roof: threads must be in [1, get_threads()]");
+    const char* what = nullptr;
+    RoofResult r;
+    {
+      nb::gil_scoped_release release;
+      KernelsRunning running(settings_mutex());
+      roof_probe(&what);
+      r = roof_measure(iters, threads);
+    }
+    return std::make_tuple(r.seconds, r.macs, std::string(what));
+  }, nb::arg("iters"), nb::arg("threads"));
 }

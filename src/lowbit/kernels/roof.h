@@ -1,0 +1,29 @@
+// The int8 compute roof: the highest rate of u8 x s8 multiply-accumulates this core reaches in
+// registers, with the instructions the integer kernels use (AVX2: vpmaddubsw + vpaddw; AVX-VNNI /
+// AVX-512: vpdpbusd; scalar: a plain C++ loop as the scalar kernels compile). Prefill is compared to it.
+#pragma once
+#include <cstdint>
+
+namespace lowbit {
+
+// Runs `iters` iterations of one ISA's probe on the calling thread; returns the MACs done.
+// Each iteration is a fixed number of independent dot-product instructions (enough accumulator chains
+// to hide the instruction latency), operands in registers, nothing loaded or stored.
+using RoofProbe = uint64_t (*)(int64_t iters);
+uint64_t roof_probe_scalar(int64_t iters);
+uint64_t roof_probe_avx2(int64_t iters);
+uint64_t roof_probe_avx512(int64_t iters);   // vpdpbusd zmm
+uint64_t roof_probe_avxvnni(int64_t iters);  // vpdpbusd ymm (VEX); 0 MACs when the compiler could not build it
+
+// The probe of the active ISA level (selected_isa()), and its instruction mix in words.
+RoofProbe roof_probe(const char** what);
+
+struct RoofResult {
+  double seconds;
+  uint64_t macs;
+};
+// The probe on `threads` pool tasks at once (one per thread, each `iters` iterations): the MACs of all
+// of them and the wall time of the pool run. threads = 1 runs on the calling thread only.
+RoofResult roof_measure(int64_t iters, int threads);
+
+}  // namespace lowbit
