@@ -119,3 +119,23 @@ def test_f64_to_f16_matches_numpy():
         want = x.astype(np.float16).view(np.uint16)
     got = np.array([_native.f64_to_f16(float(v)) for v in x], np.uint16)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fmt", ["int4", "int2"])
+def test_affine_search_eight_groups_at_once(isa, fmt):
+    """The AVX2 search runs 8 groups per pass (group <= 128): wide rows, every such group size and one beyond,
+    scales that round to float16 subnormals or overflow to inf, groups of signed zeros and near-ties."""
+    cls = FORMATS[fmt]
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((9, 1536)) * 0.02).astype(np.float32)
+    w[1] *= 1e-4  # scales around float16's subnormals
+    w[2, :700] *= 3e4  # scales past 65504: inf
+    w[3, :64] = np.where(rng.random(64) < 0.5, -0.0, 0.0)  # signed zeros: the min's sign is the offset's
+    w[3, 64:128] = np.abs(w[3, 64:128]) * np.where(rng.random(64) < 0.3, 0.0, 1.0)
+    w[3, 128:160] = -np.abs(w[3, 128:160])
+    w[3, 160:192] = np.float32(-0.0)
+    w[4] = np.round(w[4] * 1000) / 1000  # values on a grid: ties in the error search
+    w[5] = np.linspace(-1, 1, 1536, dtype=np.float32)
+    for opts in ({"group_size": 32}, {"group_size": 64}, {"group_size": 96}, {"group_size": 128}, {"group_size": 160},
+                 {"group_size": 32, "symmetric": True}, {"group_size": 128, "symmetric": True}):
+        same_state(cls.quantize(w, **opts), cls.quantize_reference(w, **opts))
