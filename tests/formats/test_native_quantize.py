@@ -139,3 +139,21 @@ def test_affine_search_eight_groups_at_once(isa, fmt):
     for opts in ({"group_size": 32}, {"group_size": 64}, {"group_size": 96}, {"group_size": 128}, {"group_size": 160},
                  {"group_size": 32, "symmetric": True}, {"group_size": 128, "symmetric": True}):
         same_state(cls.quantize(w, **opts), cls.quantize_reference(w, **opts))
+
+
+@pytest.mark.parametrize("fmt", ["ternary", "tq1"])
+def test_ternary_scale_below_float16_is_clamped(isa, fmt):
+    """A ternary-valued unit whose own s is below float16's range (1e-9) keeps the smallest float16 scale 2^-24,
+    never 0 (w / 0 was inf, 0 / 0 NaN): native and numpy give the same bits and finite, exact-zero-aware codes."""
+    cls = FORMATS[fmt]
+    w = ternary_valued((5, 120), 3)
+    w[2] *= np.float32(1e-9 / 0.37)  # row 2: {-1e-9, 0, 1e-9}
+    for opts in ({"scale": "row"}, {"group_size": 40 if fmt == "tq1" else 32}):
+        got, want = cls.quantize(w, **opts), cls.quantize_reference(w, **opts)
+        same_state(got, want)
+        assert np.all(got.dequantize()[2] == 0)  # 1e-9 / 2^-24 rounds to 0: the row stays (almost exactly) zero
+        scales = np.asarray(got.scale, np.float32).reshape(-1, got.ngroups, 64)[0, :, :5]  # [G, rows]
+        assert np.all(scales > 0) and np.all(scales[:, 2] == np.float32(2.0 ** -24))
+    with pytest.raises(ValueError, match="finite and > 0"):
+        _native.ternary_pack(w, 0, 5, 120, None, np.zeros(5, np.float32), 128, False,
+                             np.empty(128 * 16, np.uint8), np.empty(64, np.uint16))
