@@ -3,6 +3,7 @@ never asserted in tests)."""
 import json
 
 import numpy as np
+import pytest
 
 from lowbit.bench.gemv import random_weight, time_matmul
 from lowbit.cli import main
@@ -50,6 +51,27 @@ def test_gemm_mode_reports_ops(capsys):
                  "--rotate-mb", "4", "--min-time", "0.01", "--bandwidth-mb", "16", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["n_tokens"] == 8 and all(r["gops"] > 0 for r in res["rows"])
+
+
+def test_gemv_token_counts_report_macs_and_per_token_cost(capsys):
+    args = ["bench", "gemv", "--models", "bitnet-0.7b", "--formats", "ternary", "--tokens", "1,4", "-t", "1",
+            "--rotate-mb", "4", "--min-time", "0.01", "--bandwidth-mb", "16"]
+    assert main(args + ["--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["tokens"] == [1, 4] and res["int8_roof_gmacs"] > 0
+    for r in res["rows"]:
+        assert r["gmacs"] == pytest.approx(r["M"] * r["K"] * r["tokens"] / r["us"] / 1e3)
+        assert r["roof_fraction"] == r["gmacs"] / res["int8_roof_gmacs"]
+        gemv = next(g for g in res["rows"] if g["tokens"] == 1 and (g["M"], g["K"]) == (r["M"], r["K"]))
+        assert r["per_token_vs_gemv"] == pytest.approx(gemv["us"] / (r["us"] / r["tokens"]))
+    assert {(r["M"], r["K"], r["tokens"]) for r in res["rows"]} == {
+        (m, k, n) for m, k in [(1536, 1536), (4096, 1536), (1536, 4096)] for n in (1, 4)}
+    assert [(c["format"], c["tokens"]) for c in res["in_cache"]] == [("ternary", 1), ("ternary", 4)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "G MAC/s" in out and "%roof" in out and "x GEMV/tok" in out
+    assert main(args[:6] + ["--tokens", "1,x"]) == 1 and "--tokens" in capsys.readouterr().err
+    assert main(args[:6] + ["--tokens", "0"]) == 1
 
 
 def test_rotation_uses_distinct_copies():
