@@ -80,12 +80,17 @@ def test_rotation_uses_distinct_copies():
     assert r["copies"] == 4
 
 
-def test_e2e_shape_json(capsys):
-    assert main(["bench", "e2e", "--shape", "bitnet-0.7b", "--layers", "1", "-p", "8", "-n", "4", "-r", "1",
-                 "-t", "1", "--json"]) == 0
+@pytest.mark.parametrize("head, head_bytes", [
+    (None, 32000 * 1536 + 32000 * 48 * 2),  # the default int8: a byte per weight + a float16 scale per 32
+    ("int4", 32000 * 1536 // 2 + 32000 * 48 * 4),  # int4: half a byte + float16 scale and offset per 32
+])
+def test_e2e_shape_json(capsys, head, head_bytes):
+    args = ["bench", "e2e", "--shape", "bitnet-0.7b", "--layers", "1", "-p", "8", "-n", "4", "-r", "1", "-t", "1"]
+    assert main(args + ["--json"] + (["--lm-head-format", head] if head else [])) == 0
     res = json.loads(capsys.readouterr().out)
     b = res["bytes_per_token"]
-    assert b["total"] == b["blocks"] + b["lm_head"] + b["kv_cache"] and b["lm_head"] == 32000 * 1536 + 500 * 64 * 2
+    assert b["total"] == b["blocks"] + b["lm_head"] + b["kv_cache"] and b["lm_head"] == head_bytes
+    assert res["model"].startswith(f"bitnet-0.7b (ternary, lm_head {head or 'int8'}")
     assert res["tg_tps"] > 0 and res["pp_tps"] > 0 and 0 < res["roofline_fraction"]
     # one block: q, k, v, o (1536 x 1536) + gate, up, down (1536 x 4096) per token; lm_head once per 8 tokens
     assert res["prefill_macs_per_token"] == 4 * 1536 * 1536 + 3 * 1536 * 4096 + 32000 * 1536 // 8
@@ -107,10 +112,12 @@ def test_rsr_figures_json_table_and_plot(tmp_path, capsys, monkeypatch):
     res = json.loads(capsys.readouterr().out)
     assert [(r["n"], r["kind"]) for r in res["fig11"]] == [(256, "binary"), (256, "ternary"), (512, "binary"),
                                                            (512, "ternary")]
-    assert all(r["numpy_dot_s"] > 0 and r["numpy_rsr_s"] > 0 for r in res["fig11"])
-    assert [r["n"] for r in res["fig4"]] == [256, 512] and all(r["rsr_s"] > 0 and r["rsrpp_s"] > 0 for r in res["fig4"])
+    assert all(r["numpy_dot_s"] > 0 and r["numpy_rsr_s"] > 0 and r["numpy_dot_int64_s"] > 0 for r in res["fig11"])
+    assert [r["n"] for r in res["fig4"]] == [256, 512]
+    assert all(r[key] > 0 for r in res["fig4"] for key in ("rsr_s", "rsrpp_s", "rsrpp_i8_s", "lut_s"))
     assert {(r["M"], r["K"]) for r in res["dense"]} == {(1536, 1536), (4096, 1536), (1536, 4096)}
     assert all(r["N"] == 32 and r["dense_us"] > 0 and r["rsr_us"] > 0 and r["index_bytes"] > 0 for r in res["dense"])
+    assert all(r["lut_us"] > 0 and r["lut_bytes"] == 2 * r["M"] * r["K"] // 8 for r in res["dense"])
     assert [r["n"] for r in res["size"]] == [256, 512]
     assert plot.stat().st_size > 1000
     assert main(["bench", "rsr", "--parts", "size", "--min-n", "11", "--max-n", "16"]) == 0

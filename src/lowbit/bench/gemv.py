@@ -22,7 +22,7 @@ from lowbit import _native
 from lowbit.bench import bandwidth, memory, roof
 from lowbit.bench.shapes import GEMV_MODELS, MODEL_SHAPES, linear_shapes
 from lowbit.formats import Activations, get_format
-from lowbit.formats.codebook import CodebookWeight, parse_spec
+from lowbit.formats.codebook import CodebookWeight, codes_bytes, parse_spec, row_tile
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import ROW_BLOCK, IntCodeWeight, padded_k, resolve_group
 from lowbit.formats.rsr import RSRWeight
@@ -42,7 +42,7 @@ def codebook_setting(fmt: str) -> tuple[dict, bool] | None:
     spec = parse_spec(fmt if psum else fmt[:-len(DEQUANT_SUFFIX)])
     return None if spec is None else (spec, psum)
 ROTATE_L3_FACTOR = 8
-DEFAULT_GROUP = {"int4": 32, "int2": 64}  # the formats' own defaults
+DEFAULT_GROUP = {"int8": 32, "int4": 32, "int2": 64}  # the formats' own defaults (int8: Q8_0-like blocks)
 
 
 def l3_bytes() -> int:
@@ -68,9 +68,11 @@ def random_weight(fmt: str, m: int, k: int, rng: np.random.Generator):
         p, psum = cb
         kp = -(-k // p["v"]) * p["v"]
         group = min(p["g"], kp)
-        mt, g = -(-m // 8), -(-kp // group)
-        codes = rng.integers(0, 1 << p["b"], size=mt * 8 * (kp // p["v"]) * p["m"], dtype=np.uint8)
-        scale = rng.uniform(0.01, 0.02, size=g * mt * 8).astype(np.float16)
+        tile = row_tile(p["b"])
+        mt, g = -(-m // tile), -(-kp // group)
+        n_codes = codes_bytes(m, kp, p["m"], p["v"], p["b"], group)  # b == 4: two codes per byte, any byte valid
+        codes = rng.integers(0, 256 if p["b"] == 4 else 1 << p["b"], size=n_codes, dtype=np.uint8)
+        scale = rng.uniform(0.01, 0.02, size=g * mt * tile).astype(np.float16)
         books = rng.standard_normal((p["m"], 1 << p["b"], p["v"])).astype(np.float16)
         pw = CodebookWeight((m, k), p["m"], p["v"], p["b"], group, codes, scale, books)
         pw.bench_psum = psum

@@ -58,13 +58,19 @@ def plot_rsr(result: dict, path: str | Path) -> Path:
                 rs = [r for r in rows if r["kind"] == kind]
                 ax.plot([r["n"] for r in rs], [r["numpy_rsr_s"] * 1e3 for r in rs], marker="o", label=f"NumPy RSR++ {kind}")
             rs = [r for r in rows if r["kind"] == "binary"]
-            ax.plot([r["n"] for r in rs], [r["numpy_dot_s"] * 1e3 for r in rs], marker="s", color="black", label="np.dot")
+            ax.plot([r["n"] for r in rs], [r["numpy_dot_s"] * 1e3 for r in rs], marker="s", color="black",
+                    label="np.dot float32 (BLAS)")
+            if all("numpy_dot_int64_s" in r for r in rs):
+                ax.plot([r["n"] for r in rs], [r["numpy_dot_int64_s"] * 1e3 for r in rs], marker="s", color="gray",
+                        label="np.dot int64 (authors' baseline)")
             ax.set_title("Figure 11: NumPy")
         elif name == "fig4":
             ns = [r["n"] for r in rows]
             for key, label in (("standard_s", "standard (C++)"), ("numpy_dot_s", "np.dot float32"),
-                               ("rsr_s", "RSR (C++)"), ("rsrpp_s", "RSR++ (C++)")):
-                ax.plot(ns, [r[key] * 1e3 for r in rows], marker="o", label=label)
+                               ("rsr_s", "RSR (C++)"), ("rsrpp_s", "RSR++ (C++)"), ("rsrpp_i8_s", "RSR++ int8 x"),
+                               ("lut_s", "rsr-lut int8 x (not RSR)")):
+                if all(key in r for r in rows):
+                    ax.plot(ns, [r[key] * 1e3 for r in rows], marker="o", label=label)
             ax.set_title("Figure 4: native, binary, one vector")
         else:
             for shape in dict.fromkeys((r["M"], r["K"]) for r in rows):
@@ -73,10 +79,13 @@ def plot_rsr(result: dict, path: str | Path) -> Path:
                                 label=f"RSR++ {shape[0]}x{shape[1]}")
                 ax.plot([r["N"] for r in rs], [r["dense_gweights_s"] for r in rs], marker="s", linestyle="--",
                         color=line.get_color(), label=f"dense {shape[0]}x{shape[1]}")
+                if all("lut_gweights_s" in r for r in rs):
+                    ax.plot([r["N"] for r in rs], [r["lut_gweights_s"] for r in rs], marker="^", linestyle=":",
+                            color=line.get_color(), label=f"rsr-lut {shape[0]}x{shape[1]}")
             ax.set_xscale("log", base=2)
             ax.set_xlabel("tokens N")
             ax.set_ylabel("G weights x tokens / s")
-            ax.set_title(f"RSR++ vs dense ternary ({rows[0]['shape']})")
+            ax.set_title(f"RSR++ / rsr-lut vs dense ternary ({rows[0]['shape']})")
             ax.legend(fontsize=6)
             continue
         ax.set_xscale("log", base=2)

@@ -1,10 +1,15 @@
 """`lowbit bench rsr`: paper 003's figures on this machine, and RSR against lowbit's dense ternary kernel.
 
-    fig11   NumPy RSR++ (the paper's NumPy method) vs np.dot, n = 2^11 .. 2^max-n, binary and ternary (B1 - B2)
-    fig4    native RSR and RSR++ (float vector, one token) vs a standard native GEMV over a uint8 {0,1}
-            matrix and vs NumPy's float32 GEMV, binary, n = 2^11 .. 2^max-n
-    dense   native RSR++ (int8 activations, direct base-3 ternary index, k tuned per shape and N) vs the
-            dense ternary kernel at a model's shapes for N = 1, 8, 32, 128, 512 tokens
+    fig11   NumPy RSR++ (the paper's NumPy method) vs np.dot, n = 2^11 .. 2^max-n, binary and ternary (B1 - B2).
+            Two baselines: np.dot on float32 (BLAS sgemv) and np.dot on int64 {0,1} matrix and int64
+            vector, the authors' NumPy baseline (UIC-InDeXLab/RSR NaiveMultiplier: np.dot(v, A) on
+            np.random.randint arrays, which NumPy runs without BLAS) — the one their up-to-24x is against.
+    fig4    native RSR and RSR++ (float vector, one token), RSR++ on int8 activations, and rsr-lut (the
+            transposed table-lookup form, int8 activations; NOT the paper's RSR) vs a standard native
+            GEMV over a uint8 {0,1} matrix and vs NumPy's float32 GEMV, binary, n = 2^11 .. 2^max-n
+    dense   native RSR++ (int8 activations, direct base-3 ternary index, k tuned per shape and N) and
+            rsr-lut (ternary as two planes) vs the dense ternary kernel at a model's shapes for
+            N = 1, 8, 32, 128, 512 tokens
     size    index bytes per weight next to the 2-bit packed matrix and the paper's log-factor claim
 
 Dense n x n baselines that would not fit in memory (a float32 2^15 x 2^15 matrix is 4 GiB) are timed on a
@@ -25,6 +30,7 @@ from lowbit import _native
 from lowbit.bench.gemv import ROTATE_L3_FACTOR, l3_bytes, random_weight, time_matmul
 from lowbit.bench.shapes import MODEL_SHAPES, linear_shapes
 from lowbit.formats.rsr_index import RSRIndex
+from lowbit.formats.rsr_lut import LUTMatrix
 from lowbit.formats.rsr_tune import analytic_k, autotune
 
 BIN = (0.0, 1.0)
@@ -76,12 +82,53 @@ def numpy_dot_seconds(n: int, rng, slab_bytes: int) -> tuple[float, int]:
     return best_of(lambda: np.dot(v, a)) * n / rows, rows
 
 
+def numpy_dot_int64_seconds(n: int, rng, slab_bytes: int) -> tuple[float, int]:
+    """The authors' NumPy baseline: np.dot(v, A) with int64 v [n] and an int64 {0,1} A [n, n] (no BLAS)."""
+    rows = slab_rows(n, 8, slab_bytes)
+    a = rng.integers(0, 2, (rows, n), dtype=np.int64)
+    v = rng.integers(0, 100, rows, dtype=np.int64)
+    return best_of(lambda: np.dot(v, a), repeats=2, min_time=MIN_TIME / 2) * n / rows, rows
+
+
+def random_lut(m: int, kdim: int, rng, kind: str = "binary", rows_per_pass: int = 1 << 26) -> LUTMatrix:
+    """rsr-lut planes of a random binary or ternary [M, K], packed a slab of 64-row tiles at a time."""
+    per = max(64, rows_per_pass // kdim // 64 * 64)
+    parts = []
+    for r0 in range(0, m, per):
+        rows = min(per, m - r0)
+        if kind == "binary":
+            parts.append(LUTMatrix.binary(rng.integers(0, 2, (rows, kdim), dtype=np.uint8)))
+        else:
+            parts.append(LUTMatrix.ternary(rng.integers(-1, 2, (rows, kdim), dtype=np.int8)))
+    if len(parts) == 1:
+        return parts[0]
+    return LUTMatrix((m, kdim), np.concatenate([p.w for p in parts]), parts[0].shifts, parts[0].negs)
+
+
+def lut_seconds(lut: LUTMatrix, n_tok: int, rng, rotate_bytes: int = 0) -> float:
+    """Seconds per product of rsr-lut with n_tok int8 tokens (tables included); copies of the packed
+    planes rotated past the L3 for few tokens, as the dense kernel's are."""
+    copies = max(1, math.ceil(rotate_bytes / lut.nbytes)) if rotate_bytes and n_tok < 32 else 1
+    luts = [lut] + [LUTMatrix(lut.shape, lut.w.copy(), lut.shifts, lut.negs) for _ in range(copies - 1)]
+    q = rng.integers(-127, 128, (n_tok, lut.shape[1]), dtype=np.int8)
+    y = np.empty((n_tok, lut.shape[0]), np.float32)
+
+    def run(iters):
+        return sum(luts[i % copies].matmul_i8(q, out=y)[1] for i in range(iters))
+
+    run(copies)
+    once = run(1)
+    iters = max(copies, int(MIN_TIME / max(once, 1e-7)))
+    return sorted(run(iters) / iters for _ in range(3))[1]
+
+
 # --- Figure 11: NumPy ------------------------------------------------------------------------------
 
 def fig11(ns, rng, slab_bytes: int, progress) -> list[dict]:
     rows = []
     for n in ns:
         t_dot, slab = numpy_dot_seconds(n, rng, slab_bytes)
+        t_int, slab_int = numpy_dot_int64_seconds(n, rng, slab_bytes)
         k = analytic_k(n, n, 2, plus=True)
         x = rng.standard_normal((1, n)).astype(np.float32)
         for kind in ("binary", "ternary"):
@@ -92,9 +139,10 @@ def fig11(ns, rng, slab_bytes: int, progress) -> list[dict]:
                 f = lambda: planes[0].matmul(x) - planes[1].matmul(x)  # noqa: E731  (B1 - B2, Prop. 2.1)
             t = best_of(f, repeats=2, min_time=MIN_TIME / 2)
             rows.append({"n": n, "kind": kind, "k": k, "numpy_dot_s": t_dot, "numpy_rsr_s": t, "speedup": t_dot / t,
-                         "dot_slab_rows": slab})
-            progress(f"  fig11 n=2^{int(math.log2(n))} {kind:7s} k={k:2d}  np.dot {t_dot * 1e3:8.2f} ms  "
-                     f"NumPy RSR++ {t * 1e3:8.2f} ms  x{t_dot / t:.2f}")
+                         "dot_slab_rows": slab, "numpy_dot_int64_s": t_int, "speedup_vs_int64": t_int / t,
+                         "dot_int64_slab_rows": slab_int})
+            progress(f"  fig11 n=2^{int(math.log2(n))} {kind:7s} k={k:2d}  np.dot f32 {t_dot * 1e3:8.2f} ms  "
+                     f"int64 {t_int * 1e3:9.2f} ms  NumPy RSR++ {t * 1e3:8.2f} ms  x{t_dot / t:.2f} / x{t_int / t:.2f}")
             del planes
     return rows
 
@@ -102,12 +150,19 @@ def fig11(ns, rng, slab_bytes: int, progress) -> list[dict]:
 # --- Figure 4: native ------------------------------------------------------------------------------
 
 def native_gemv(idx: RSRIndex, x: np.ndarray, plus: bool) -> float:
+    """Seconds per one-token product: float x [1, K], or int8 x (then per-token scale 1)."""
     m, kdim = idx.shape
     y = np.empty((1, m), np.float32)
-    args = (idx.perm, idx.seg, m, kdim, idx.k, idx.base, idx.values, x, None, 1.0, False, plus, y)
-    _, once = _native.rsr_gemm_f32(*args, iters=1)
+    if x.dtype == np.int8:
+        fn = _native.rsr_gemm_i8
+        args = (idx.perm, idx.seg, m, kdim, idx.k, idx.base, idx.values, x, np.ones(1, np.float32), None, 1.0, False,
+                plus, y)
+    else:
+        fn = _native.rsr_gemm_f32
+        args = (idx.perm, idx.seg, m, kdim, idx.k, idx.base, idx.values, x, None, 1.0, False, plus, y)
+    _, once = fn(*args, iters=1)
     iters = max(1, int(MIN_TIME / max(once, 1e-7)))
-    return min(_native.rsr_gemm_f32(*args, iters=iters)[1] / iters for _ in range(3))
+    return min(fn(*args, iters=iters)[1] / iters for _ in range(3))
 
 
 def tune_gemv_k(n: int, rng, plus: bool) -> tuple[int, dict]:
@@ -134,21 +189,29 @@ def fig4(ns, rng, slab_bytes: int, progress) -> list[dict]:
         del w
         t_dot, _ = numpy_dot_seconds(n, rng, slab_bytes)
         x = xv[None, :]
+        q = rng.integers(-127, 128, (1, n), dtype=np.int8)
         row = {"n": n, "standard_s": t_std, "numpy_dot_s": t_dot, "standard_slab_rows": slab}
         for name, plus in (("rsr", False), ("rsrpp", True)):
             k, _ = tune_gemv_k(n, rng, plus)
             idx = random_index(n, n, k, 2, BIN, rng)
             t = native_gemv(idx, x, plus)
             row.update({f"{name}_k": k, f"{name}_s": t, f"{name}_index_bytes": idx.nbytes})
+            if plus:
+                row["rsrpp_i8_s"] = native_gemv(idx, q, plus)  # same index and k, int8 activations
             del idx
-        row["speedup_rsrpp_vs_standard"] = t_std / row["rsrpp_s"]
-        row["speedup_rsr_vs_standard"] = t_std / row["rsr_s"]
-        row["speedup_rsrpp_vs_numpy"] = t_dot / row["rsrpp_s"]
+        lut = random_lut(n, n, rng)
+        row["lut_s"] = lut_seconds(lut, 1, rng)
+        row["lut_bytes"] = lut.nbytes
+        del lut
+        for key in ("rsr", "rsrpp", "rsrpp_i8", "lut"):
+            row[f"speedup_{key}_vs_standard"] = t_std / row[f"{key}_s"]
+            row[f"speedup_{key}_vs_numpy"] = t_dot / row[f"{key}_s"]
         rows.append(row)
         progress(f"  fig4 n=2^{int(math.log2(n))}  standard {t_std * 1e3:8.2f} ms  np.dot {t_dot * 1e3:8.2f} ms  "
                  f"RSR {row['rsr_s'] * 1e3:7.2f} ms (k={row['rsr_k']})  RSR++ {row['rsrpp_s'] * 1e3:7.2f} ms "
-                 f"(k={row['rsrpp_k']})  x{row['speedup_rsrpp_vs_standard']:.1f} vs standard, "
-                 f"x{row['speedup_rsrpp_vs_numpy']:.1f} vs numpy")
+                 f"(k={row['rsrpp_k']})  RSR++ i8 {row['rsrpp_i8_s'] * 1e3:7.2f} ms  rsr-lut {row['lut_s'] * 1e3:7.2f} ms"
+                 f"  vs numpy: RSR++ x{row['speedup_rsrpp_vs_numpy']:.1f}, i8 x{row['speedup_rsrpp_i8_vs_numpy']:.1f},"
+                 f" lut x{row['speedup_lut_vs_numpy']:.1f}")
     return rows
 
 
@@ -182,17 +245,21 @@ def dense_vs_rsr(shape_name: str, tokens, rng, progress) -> list[dict]:
     rotate = ROTATE_L3_FACTOR * l3_bytes()
     for m, kdim in linear_shapes(MODEL_SHAPES[shape_name]):
         dense = random_weight("ternary", m, kdim, rng)
+        lut = random_lut(m, kdim, rng, "ternary")
         for n_tok in tokens:
             t_dense = time_matmul(dense, n_tok, rotate_bytes=rotate if n_tok < 32 else 0, min_time=MIN_TIME,
                               rng=rng)["seconds"]
             k = autotune(kdim, 3, n_tok)
             t_rsr, ibytes = rsr_gemm_seconds(m, kdim, k, n_tok, rng, rotate)
+            t_lut = lut_seconds(lut, n_tok, rng, rotate)
             w = m * kdim * n_tok
             rows.append({"shape": shape_name, "M": m, "K": kdim, "N": n_tok, "k": k, "dense_us": t_dense * 1e6,
                          "rsr_us": t_rsr * 1e6, "dense_gweights_s": w / t_dense / 1e9, "rsr_gweights_s": w / t_rsr / 1e9,
-                         "rsr_speedup": t_dense / t_rsr, "dense_bytes": dense.nbytes, "index_bytes": ibytes})
+                         "rsr_speedup": t_dense / t_rsr, "dense_bytes": dense.nbytes, "index_bytes": ibytes,
+                         "lut_us": t_lut * 1e6, "lut_gweights_s": w / t_lut / 1e9, "lut_speedup": t_dense / t_lut,
+                         "lut_bytes": lut.nbytes})
             progress(f"  {m:5d}x{kdim:<5d} N={n_tok:4d} k={k}  dense {t_dense * 1e6:9.1f} us  RSR++ {t_rsr * 1e6:9.1f} us"
-                     f"  x{t_dense / t_rsr:.2f}")
+                     f"  x{t_dense / t_rsr:.2f}  rsr-lut {t_lut * 1e6:9.1f} us  x{t_dense / t_lut:.2f}")
     return rows
 
 
@@ -289,29 +356,38 @@ def main(args) -> int:
 def print_rsr(res: dict) -> None:
     print(f"lowbit bench rsr: {res['threads']} thread(s), ISA {res['isa']}, RSR kernel path {res['rsr_path']}")
     if res.get("fig11"):
-        print("\nFigure 11 (NumPy): NumPy RSR++ vs np.dot(v, A), A float32 n x n, one vector")
-        print(f"{'n':>7s} {'kind':8s} {'k':>3s} {'np.dot ms':>10s} {'RSR ms':>9s} {'speedup':>8s}")
+        print("\nFigure 11 (NumPy): NumPy RSR++ vs np.dot(v, A), A n x n, one vector; np.dot on float32 (BLAS) and on"
+              " int64 (the authors' baseline, no BLAS)")
+        print(f"{'n':>7s} {'kind':8s} {'k':>3s} {'f32 dot ms':>10s} {'i64 dot ms':>10s} {'RSR ms':>9s} {'vs f32':>7s} "
+              f"{'vs i64':>7s}")
         for r in res["fig11"]:
-            slab = "" if r["dot_slab_rows"] == r["n"] else f"  (np.dot from a {r['dot_slab_rows']}-row slab)"
+            slab = "" if r["dot_slab_rows"] == r["n"] else f"  (np.dot from {r['dot_slab_rows']}/{r['dot_int64_slab_rows']}-row slabs)"
             print(f"{'2^' + str(int(math.log2(r['n']))):>7s} {r['kind']:8s} {r['k']:3d} {r['numpy_dot_s'] * 1e3:10.2f} "
-                  f"{r['numpy_rsr_s'] * 1e3:9.2f} {r['speedup']:7.2f}x{slab}")
+                  f"{r['numpy_dot_int64_s'] * 1e3:10.2f} {r['numpy_rsr_s'] * 1e3:9.2f} {r['speedup']:6.2f}x "
+                  f"{r['speedup_vs_int64']:6.2f}x{slab}")
     if res.get("fig4"):
-        print("\nFigure 4 (native, binary, one float vector): standard GEMV (uint8 {0,1}, plain C++) vs RSR / RSR++")
+        print("\nFigure 4 (native, binary, one vector): standard GEMV (uint8 {0,1}, plain C++) and np.dot float32 vs "
+              "RSR / RSR++ (float vector), RSR++ i8 (int8 vector) and rsr-lut (int8; table lookup, not the paper's RSR)")
         print(f"{'n':>7s} {'std ms':>9s} {'np.dot ms':>10s} {'RSR ms':>8s} {'k':>3s} {'RSR++ ms':>9s} {'k':>3s} "
-              f"{'++ vs std':>9s} {'++ vs numpy':>11s} {'index MB':>9s}")
+              f"{'++i8 ms':>8s} {'lut ms':>8s} {'++ vs std':>9s} {'++ vs np':>8s} {'++i8 vs np':>10s} {'lut vs np':>9s} "
+              f"{'index MB':>9s} {'lut MB':>7s}")
         for r in res["fig4"]:
             print(f"{'2^' + str(int(math.log2(r['n']))):>7s} {r['standard_s'] * 1e3:9.2f} {r['numpy_dot_s'] * 1e3:10.2f} "
                   f"{r['rsr_s'] * 1e3:8.2f} {r['rsr_k']:3d} {r['rsrpp_s'] * 1e3:9.2f} {r['rsrpp_k']:3d} "
-                  f"{r['speedup_rsrpp_vs_standard']:8.1f}x {r['speedup_rsrpp_vs_numpy']:10.1f}x "
-                  f"{r['rsrpp_index_bytes'] / 1e6:9.1f}")
+                  f"{r['rsrpp_i8_s'] * 1e3:8.2f} {r['lut_s'] * 1e3:8.2f} "
+                  f"{r['speedup_rsrpp_vs_standard']:8.1f}x {r['speedup_rsrpp_vs_numpy']:7.1f}x "
+                  f"{r['speedup_rsrpp_i8_vs_numpy']:9.1f}x {r['speedup_lut_vs_numpy']:8.1f}x "
+                  f"{r['rsrpp_index_bytes'] / 1e6:9.1f} {r['lut_bytes'] / 1e6:7.1f}")
     if res.get("dense"):
-        print("\nRSR++ (int8 activations, direct ternary index, k autotuned per K and N) vs lowbit's dense ternary kernel")
-        print(f"{'M x K':>11s} {'N':>4s} {'k':>2s} {'dense us':>10s} {'RSR++ us':>10s} {'dense Gw/s':>10s} "
-              f"{'RSR Gw/s':>9s} {'RSR/dense':>9s} {'dense MB':>8s} {'index MB':>8s}")
+        print("\nRSR++ (int8 activations, direct ternary index, k autotuned per K and N) and rsr-lut (ternary as two "
+              "planes) vs lowbit's dense ternary kernel; speedup = dense time / time")
+        print(f"{'M x K':>11s} {'N':>4s} {'k':>2s} {'dense us':>10s} {'RSR++ us':>10s} {'lut us':>10s} {'dense Gw/s':>10s} "
+              f"{'RSR Gw/s':>9s} {'lut Gw/s':>9s} {'RSR':>7s} {'lut':>7s} {'dense MB':>8s} {'index MB':>8s} {'lut MB':>7s}")
         for r in res["dense"]:
             print(f"{str(r['M']) + 'x' + str(r['K']):>11s} {r['N']:4d} {r['k']:2d} {r['dense_us']:10.1f} "
-                  f"{r['rsr_us']:10.1f} {r['dense_gweights_s']:10.1f} {r['rsr_gweights_s']:9.1f} "
-                  f"{r['rsr_speedup']:8.2f}x {r['dense_bytes'] / 1e6:8.2f} {r['index_bytes'] / 1e6:8.2f}")
+                  f"{r['rsr_us']:10.1f} {r['lut_us']:10.1f} {r['dense_gweights_s']:10.1f} {r['rsr_gweights_s']:9.1f} "
+                  f"{r['lut_gweights_s']:9.1f} {r['rsr_speedup']:6.2f}x {r['lut_speedup']:6.2f}x "
+                  f"{r['dense_bytes'] / 1e6:8.2f} {r['index_bytes'] / 1e6:8.2f} {r['lut_bytes'] / 1e6:7.2f}")
     if res.get("size"):
         print("\nIndex size, bits per weight (perm uint16 + full segmentation), k from eq. 7")
         print(f"{'n':>7s} {'bin k':>5s} {'bin idx':>8s} {'tern B1-B2':>10s} {'tern k':>6s} {'tern direct':>11s} "

@@ -1,5 +1,5 @@
-"""`lowbit bench bandwidth|roof|gemv|e2e|serve|rsr`: speed against the machine's memory bandwidth and
-int8 compute roof."""
+"""`lowbit bench bandwidth|roof|gemv|e2e|serve|rsr|convert|llamacpp`: speed against the machine's memory
+bandwidth and int8 compute roof (and beside llama.cpp)."""
 from __future__ import annotations
 
 import importlib
@@ -8,7 +8,7 @@ import sys
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: bandwidth, gemv, e2e, serve, rsr, convert",
+    p = sub.add_parser("bench", help="benchmarks: bandwidth, roof, gemv, e2e, serve, rsr, convert, llamacpp",
                        description="Benchmarks that measure lowbit against this machine's read bandwidth.")
     bsub = p.add_subparsers(dest="bench", metavar="BENCH")
 
@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
     g.set_defaults(func=main_gemv)
 
     importlib.import_module("lowbit.bench.rsr").add_parser(bsub)
-    for mod in ("lowbit.bench.e2e", "lowbit.bench.serve", "lowbit.bench.convert"):
+    for mod in ("lowbit.bench.e2e", "lowbit.bench.serve", "lowbit.bench.convert", "lowbit.bench.llamacpp"):
         try:
             importlib.import_module(mod).add_parser(bsub)
         except ModuleNotFoundError as e:

@@ -31,12 +31,15 @@ from lowbit.io.modeldir import SHARD_BYTES, ModelDirWriter
 
 LOW_BIT = ("ternary", "tq1", "binary", "rsr")
 NATIVE_FROM_SOURCE = ("int8", "int4", "int2", "ternary", "tq1", "binary")  # quantize() reads SourceRows
+# The lm_head (and a tied embedding's lm_head copy) default: the smallest format within 1 % of bf16's perplexity
+# on SmolLM2-135M (docs/codebook.md, "lm_head and embedding formats"); a decode step reads all of it per token.
+LM_HEAD_FORMAT = "int8"
 COLLAPSE_WARNING = ("converting float weights to {fmt}: expect the model's quality to collapse unless it was "
                     "trained for it (BitNet b1.58 / ParetoQ-style quantization-aware training)")
 
 
 def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = None,
-         ternary_method: str = "absmean", options: dict | None = None) -> PackedWeight:
+         ternary_method: str = "absmean", options: dict | None = None, release=None) -> PackedWeight:
     """value (float32 [M, K] or a PackedWeight) -> PackedWeight in fmt.
 
     A packed value already in fmt is kept as is (lossless: BitNet / TQ ternary stays ternary);
@@ -45,7 +48,7 @@ def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = No
     """
     if isinstance(value, SourceRows):  # a float matrix as stored (f32/f16/bf16 view of the source file)
         if fmt == "bf16":
-            return BF16Weight(bf16_from_source(value))
+            return BF16Weight(bf16_from_source(value, release=release))
         elif fmt not in NATIVE_FROM_SOURCE:
             value = value.float32()
     source_ternary = isinstance(value, TernaryWeight)
@@ -74,13 +77,16 @@ def pack(value: np.ndarray | PackedWeight, fmt: str, group_size: int | None = No
     return packed
 
 
-def bf16_from_source(src: SourceRows, chunk_rows: int = 4096) -> np.ndarray:
-    """uint16 bf16 bits [M, K] of src, converted in row chunks (never the whole matrix in float32)."""
+def bf16_from_source(src: SourceRows, chunk_rows: int = 4096, release=None) -> np.ndarray:
+    """uint16 bf16 bits [M, K] of src, converted in row chunks (never the whole matrix in float32); release():
+    drops the source's mapped pages read so far, after each chunk (RSS holds the output, not the source too)."""
     if src.kind == "bf16" and src.rows is None:
         return src.data  # already bf16: the file's own bits
     out = np.empty(src.shape, np.uint16)
     for start in range(0, src.shape[0], chunk_rows):
         out[start:start + chunk_rows] = f32_to_bf16_bits(src.float32(start, start + chunk_rows))
+        if release is not None:
+            release()
     return out
 
 
@@ -103,7 +109,7 @@ def _check_format(name: str, fmt: str) -> None:
         raise ValueError(f"unknown {name} {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
-def convert(src, out, format: str = "int4", group_size: int | None = None, lm_head_format: str = "int8",
+def convert(src, out, format: str = "int4", group_size: int | None = None, lm_head_format: str = LM_HEAD_FORMAT,
             embed_format: str = "bf16", overwrite: bool = False, progress: bool = True,
             shard_bytes: int = SHARD_BYTES, ternary_method: str = "absmean",
             format_options: dict | None = None, calibration=None, calibration_tokens: int = 4096) -> pathlib.Path:
@@ -114,7 +120,8 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         out: the directory to create (refused if it exists, unless overwrite).
         format: weight format of the decoder layers' projections (f32, bf16, int8, int4, int2, ternary, binary).
         group_size: input channels per scale (a multiple of 32) for those; None = the format's default.
-        lm_head_format: format of the output projection (tied embeddings get their own copy).
+        lm_head_format: format of the output projection (default LM_HEAD_FORMAT; tied embeddings get their own copy
+            in it, the embedding itself stays in embed_format).
         embed_format: format of the embedding table.
         overwrite: replace an existing lowbit directory at out.
         progress: show a tqdm bar.
@@ -170,7 +177,7 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
             elif name == LM_HEAD:
                 writer.add(name, pack(value, lm_head_format))
             elif name == EMBED:
-                writer.add(name, pack(value, embed_format))
+                writer.add(name, pack(value, embed_format, release=ckpt.release))
                 if tied:
                     writer.add(LM_HEAD, pack(value, lm_head_format))
                     bar.update(n_weights(config, EMBED))

@@ -1,7 +1,7 @@
 """GGUF checkpoints (llama.cpp), read with the `gguf` package and mapped to Hugging Face names and config.
 
-Tensors: F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_*/Q4_K/Q6_K/... dequantize to float32 with gguf.quants;
-TQ1_0/TQ2_0 decode losslessly to ternary t [M, K] + one float16 scale d per (row, 256-block) ->
+Tensors: F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_*/Q2_K..Q6_K/... dequantize to float32 natively (io.gguf_blocks,
+bit-identical to gguf.quants; other types through gguf.quants); TQ1_0/TQ2_0 decode losslessly to ternary t [M, K] + one float16 scale d per (row, 256-block) ->
 TernaryWeight(group=256), or one scale per row (group = Kp) when each row's blocks share one d (a TQ2_0
 export of a BitNet model, whose F16 export then converts to the very same codes and scales).
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.formats.ternary import TernaryWeight, row_scales_if_uniform
+from lowbit.io import gguf_blocks
 from lowbit.io.checkpoint import (
     LM_HEAD, Checkpoint, canonical_names, check_all_used, check_shape, expected_shape, fused_parts, fused_suffix,
     normalize_config,
@@ -70,7 +71,7 @@ def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def field_value(field):
-    """A GGUF metadata value as Python (str, int, float, bool, or a list of them)."""
+    """A gguf-py GGUFReader field (tests that rewrite GGUFs with gguf's writer) as Python (str, int, float, bool, or a list of them)."""
     from gguf import GGUFValueType
     main = field.types[0]
     if main == GGUFValueType.ARRAY and field.types[-1] == GGUFValueType.STRING:
@@ -80,38 +81,19 @@ def field_value(field):
     return field.contents()
 
 
-def decode_ternary(data: np.ndarray, qtype, rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """TQ1_0/TQ2_0 blocks uint8 [rows, k/256*bytes] -> (t int8 [rows, k] in {-1,0,1}, d float32 [rows, k/256]).
-
-    Uses the reference dequantizer (x = t * d with d the block's fp16 absmax, stored in the block's last
-    two bytes) and divides by d, which is exact since x was computed as (code - 1) * d.
-    """
-    from gguf import quants
-    x = quants.dequantize(data, qtype).reshape(rows, k)
-    nb = k // QK_K
-    blocks = np.ascontiguousarray(data).reshape(rows, nb, -1)
-    d = blocks[:, :, -2:].copy().view(np.float16)[:, :, 0].astype(np.float32)  # [rows, nb]
-    dd = np.repeat(d, QK_K, axis=1)
-    t = np.divide(x, dd, out=np.zeros_like(x), where=dd != 0)
-    t = np.rint(t).astype(np.int8)
-    if t.size and (t.min() < -1 or t.max() > 1):
-        raise ValueError(f"{qtype.name} block decoded to values outside {{-1, 0, 1}}")
-    return t, d
-
-
 class GGUFCheckpoint(Checkpoint):
     kind = "gguf"
 
     def __init__(self, path):
         super().__init__(path)
-        from gguf import GGUFReader
+        from lowbit.io.gguf_file import GGUFFile
         if not self.path.is_file():
             raise FileNotFoundError(f"{self.path}: no such GGUF file")
         try:
-            self.reader = GGUFReader(self.path)
-        except Exception as e:  # the gguf package raises assorted errors on bad files
+            self.reader = GGUFFile(self.path)
+        except Exception as e:  # mmap / struct / numpy errors on bad files
             raise ValueError(f"{self.path}: malformed or truncated GGUF file ({type(e).__name__}: {e})") from None
-        self.meta = {k: f for k, f in self.reader.fields.items() if not k.startswith("GGUF.")}
+        self.meta = self.reader.fields
         self.arch = self.get("general.architecture")
         if self.arch not in ARCHS:
             raise ValueError(f"{self.path}: unsupported GGUF architecture {self.arch!r}; lowbit supports {', '.join(ARCHS)}")
@@ -157,8 +139,10 @@ class GGUFCheckpoint(Checkpoint):
                 raise ValueError(f"{self.path}: tensor {t.name!r} is truncated ({t.data.nbytes} of {t.n_bytes} bytes)")
 
     def get(self, key: str, default=None):
-        f = self.meta.get(key)
-        return default if f is None else field_value(f)
+        v = self.meta.get(key)
+        if v is None:
+            return default
+        return v.tolist() if isinstance(v, np.ndarray) else v
 
     def _config(self) -> dict:
         a = self.arch
@@ -297,28 +281,22 @@ class GGUFCheckpoint(Checkpoint):
             if scale.size != 1:
                 raise ValueError(f"{self.path}: {self.scales[name].name} has {scale.size} values; expected 1")
             scale = float(scale[0])
+        m, k = shape if len(shape) == 2 else (1, int(np.prod(shape)))
+        rows = unpermute_rows(np.arange(m), n_head) if n_head and len(shape) == 2 else None  # done in the decode
+        where = f"{self.path}: tensor {t.name!r}"
         if t.tensor_type.name in TERNARY_TYPES:
-            tern, d = decode_ternary(t.data, t.tensor_type, *shape)
-            if n_head:
-                tern, d = unpermute_rows(tern, n_head), unpermute_rows(d, n_head)
+            tern, d = gguf_blocks.decode_ternary(t.data, t.tensor_type, m, k, rows, where)
             d = d * np.float32(scale)
             if not np.isfinite(d).all():
-                raise ValueError(f"{self.path}: tensor {t.name!r} has NaN or Inf block scales")
-            rows = row_scales_if_uniform(tern, d, QK_K)
-            if rows is not None:
-                return TernaryWeight.from_ternary(tern, rows, source=t.tensor_type.name)
+                raise ValueError(f"{where} has NaN or Inf block scales")
+            row_scales = row_scales_if_uniform(tern, d, QK_K)
+            if row_scales is not None:
+                return TernaryWeight.from_ternary(tern, row_scales, source=t.tensor_type.name)
             return TernaryWeight.from_ternary(tern, d, group=QK_K, source=t.tensor_type.name)
-        try:
-            w = quants.dequantize(t.data, t.tensor_type)
-        except NotImplementedError:
-            raise ValueError(f"{self.path}: tensor {t.name} has GGUF type {t.tensor_type.name}, "
-                             "which the gguf package cannot dequantize") from None
-        w = np.ascontiguousarray(w, dtype=np.float32).reshape(shape)
-        if not np.isfinite(w).all():
-            raise ValueError(f"{self.path}: tensor {t.name!r} has NaN or Inf values")
+        w = gguf_blocks.dequantize(t.data, t.tensor_type, m, k, rows, where).reshape(shape)
         if scale != 1.0:
             w = w * np.float32(scale)
-        return unpermute_rows(w, n_head) if n_head else w
+        return unpermute_rows(w, n_head) if n_head and len(shape) == 1 else w  # a Q/K bias
 
     def tokenizer(self):
         from lowbit.io.tokenizer_gguf import tokenizer_from_gguf

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gguf_decode.h"
 #include "quantize.h"
 
 namespace nb = nanobind;
@@ -107,6 +108,42 @@ void ternary_pack_py(AnyArr src, int kind, int64_t M, int64_t K, std::optional<V
   ternary_pack(s, a.data(), group, G, tq1, codes.data(), scale.data());
 }
 
+// GGUF blocks (any dtype, read as bytes) [R][K / values * bytes] -> geometry checks; returns the row count R
+int64_t gguf_rows(const AnyArr& data, int type, int64_t K, const std::optional<Vec<const int64_t>>& rows, int64_t M) {
+  int64_t values, bytes;
+  require(gguf_block_size(type, &values, &bytes), "gguf: unsupported GGML type " + std::to_string(type));
+  require(K > 0 && K % values == 0, "gguf: K must be a positive multiple of the block size " + std::to_string(values));
+  require(M > 0, "gguf: M must be positive");
+  const int64_t row_bytes = K / values * bytes, nbytes = (int64_t)data.nbytes();
+  require(nbytes % row_bytes == 0, "gguf: the data is not a whole number of rows of K values");
+  const int64_t R = nbytes / row_bytes;
+  if (rows) {
+    require((int64_t)rows->shape(0) == M, "gguf: rows must have M entries");
+    for (int64_t i = 0; i < M; ++i)
+      require(rows->data()[i] >= 0 && rows->data()[i] < R, "gguf: a row index is out of range");
+  } else {
+    require(R >= M, "gguf: the data has fewer than M rows");
+  }
+  return R;
+}
+
+bool gguf_dequantize_py(AnyArr data, int type, int64_t K, std::optional<Vec<const int64_t>> rows, int64_t M, Vec<float> out) {
+  gguf_rows(data, type, K, rows, M);
+  require((int64_t)out.shape(0) == M * K, "gguf_dequantize: out must be [M * K]");
+  nb::gil_scoped_release release;
+  return gguf_dequantize(type, (const uint8_t*)data.data(), K, rows ? rows->data() : nullptr, M, out.data());
+}
+
+bool gguf_ternary_py(AnyArr data, int type, int64_t K, std::optional<Vec<const int64_t>> rows, int64_t M, Vec<int8_t> t,
+                     Vec<float> d) {
+  require(type == kTQ1_0 || type == kTQ2_0, "gguf_ternary: type must be TQ1_0 or TQ2_0");
+  gguf_rows(data, type, K, rows, M);
+  require((int64_t)t.shape(0) == M * K && (int64_t)d.shape(0) == M * (K / 256),
+          "gguf_ternary: t must be [M * K] and d [M * K / 256]");
+  nb::gil_scoped_release release;
+  return gguf_ternary(type, (const uint8_t*)data.data(), K, rows ? rows->data() : nullptr, M, t.data(), d.data());
+}
+
 }  // namespace
 
 // Outputs are noconvert: a converted copy would be filled and thrown away.
@@ -119,6 +156,12 @@ void bind_quantize(nb::module_& m) {
         nb::arg("rows").none(), nb::arg("method"), nb::arg("bits"), nb::arg("group"), nb::arg("symmetric"),
         nb::arg("ratios"), nb::arg("codes").noconvert(), nb::arg("scale").noconvert(), nb::arg("offset").none().noconvert(),
         "Quantizes rows of a float32/float16/bf16 matrix into the integer-code layout (see quantize.h).");
+  m.def("gguf_dequantize", &gguf_dequantize_py, nb::arg("data"), nb::arg("type"), nb::arg("K"), nb::arg("rows").none(),
+        nb::arg("M"), nb::arg("out").noconvert(),
+        "GGUF blocks -> float32 [M * K] as gguf.quants.dequantize (output row m = source row rows[m]); False if not finite.");
+  m.def("gguf_ternary", &gguf_ternary_py, nb::arg("data"), nb::arg("type"), nb::arg("K"), nb::arg("rows").none(),
+        nb::arg("M"), nb::arg("t").noconvert(), nb::arg("d").noconvert(),
+        "TQ1_0/TQ2_0 blocks -> codes t int8 [M * K] and scales d [M * K / 256]; False if a TQ2_0 code is 3.");
   m.def("f64_to_f16", [](double d) { return f64_to_f16(d); }, nb::arg("d"));
 }
 

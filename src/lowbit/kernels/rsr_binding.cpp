@@ -6,6 +6,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <chrono>
 #include <cmath>
@@ -17,6 +18,7 @@
 
 #include "dispatch.h"
 #include "rsr.h"
+#include "rsr_lut.h"
 #include "thread_pool.h"
 
 namespace nb = nanobind;
@@ -126,6 +128,49 @@ std::tuple<std::string, double> rsr_gemm_i8(AnyArr2 perm, AnyArr2 seg, int64_t M
   return {rsr_kernels().name, s};
 }
 
+// rsr-lut (rsr_lut.h): y [N, M] (+)= coef * rowscale[m] * sx[n] * (q . A^T)[n, m] with
+// A = sum_i (neg_i ? -1 : 1) 2^shift_i B_i, the planes B_i packed in w [ceil(M/64), ceil(K/4), planes, 32].
+// The timed loop includes building the per-token tables.
+std::tuple<std::string, double> rsr_lut_gemm(Arr<const uint8_t, nb::ndim<4>> w, int64_t M, int64_t K,
+                                             std::vector<int> shifts, std::vector<bool> negs,
+                                             Arr<const int8_t, nb::ndim<2>> q, Arr<const float, nb::ndim<1>> sx,
+                                             std::optional<Arr<const float, nb::ndim<1>>> rowscale, float coef,
+                                             bool accumulate, Arr<float, nb::ndim<2>> y, int iters) {
+  require(M > 0 && K > 0, "rsr_lut: M and K must be positive");
+  const int planes = (int)shifts.size();
+  require(planes >= 1 && planes <= kLutMaxPlanes && negs.size() == shifts.size(),
+          "rsr_lut: 1..4 planes, one shift and one sign each");
+  LutPlanes p{planes, {}, {}};
+  for (int i = 0; i < planes; ++i) {
+    require(shifts[i] >= 0 && shifts[i] <= 3, "rsr_lut: plane shifts must be 0..3");
+    p.shift[i] = shifts[i];
+    p.neg[i] = negs[i];
+  }
+  const int64_t K4 = (K + 3) / 4, tiles = (M + kLutRows - 1) / kLutRows;
+  require(w.shape(0) == (size_t)tiles && w.shape(1) == (size_t)K4 && w.shape(2) == (size_t)planes && w.shape(3) == 32,
+          "rsr_lut: w must be [ceil(M/64), ceil(K/4), planes, 32]");
+  const int64_t N = q.shape(0);
+  require(N >= 1 && q.shape(1) == (size_t)K, "rsr_lut: q must be [N, K]");
+  require(sx.shape(0) == (size_t)N, "rsr_lut: sx must be [N]");
+  require(y.shape(0) == (size_t)N && y.shape(1) == (size_t)M, "rsr_lut: y must be [N, M]");
+  require(!rowscale || rowscale->shape(0) == (size_t)M, "rsr_lut: rowscale must be [M]");
+  require(iters >= 1, "rsr_lut: iters must be >= 1");
+  const int8_t* qd = q.data();
+  for (int64_t i = 0; i < N * K; ++i) require(qd[i] != -128, "rsr_lut: int8 activations must be in [-127, 127] (int16 bound)");
+  std::vector<int8_t> tab((size_t)N * K4 * 32);
+  const LutCall c{w.data(), M, K, p, tab.data(), N, rowscale ? rowscale->data() : nullptr, sx.data(), coef,
+                  accumulate, y.data(), M};
+  const LutKernels& k = lut_kernels();
+  nb::gil_scoped_release release;
+  std::shared_lock<std::shared_mutex> running(settings_mutex());  // set_isa / set_threads wait for us
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; it < iters; ++it) {
+    lut_build_tables(qd, N, K, tab.data());
+    lut_run(c, k);
+  }
+  return {k.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
 struct StdJob {
   const uint8_t* w;
   const float* x;
@@ -163,6 +208,9 @@ void bind_rsr(nb::module_& m) {
   m.def("rsr_gemm_i8", &rsr_gemm_i8, nb::arg("perm").noconvert(), nb::arg("seg").noconvert(), nb::arg("M"), nb::arg("K"), nb::arg("k"),
         nb::arg("base"), nb::arg("values").noconvert(), nb::arg("q").noconvert(), nb::arg("sx").noconvert(), nb::arg("rowscale").none().noconvert(), nb::arg("coef"),
         nb::arg("accumulate"), nb::arg("plus"), nb::arg("y").noconvert(), nb::arg("iters") = 1);
+  m.def("rsr_lut_gemm", &rsr_lut_gemm, nb::arg("w").noconvert(), nb::arg("M"), nb::arg("K"), nb::arg("shifts"),
+        nb::arg("negs"), nb::arg("q").noconvert(), nb::arg("sx").noconvert(), nb::arg("rowscale").none().noconvert(),
+        nb::arg("coef"), nb::arg("accumulate"), nb::arg("y").noconvert(), nb::arg("iters") = 1);
   m.def("rsr_path", [] { return std::string(rsr_kernels().name); });
   m.def("standard_gemv_u8", &standard_gemv, nb::arg("w").noconvert(), nb::arg("x").noconvert(), nb::arg("y").noconvert(), nb::arg("iters") = 1);
 }
