@@ -250,6 +250,26 @@ std::tuple<std::string, double> gemm_codebook(nb::handle hweights, nb::handle hc
   return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
+// The codebook quantizer's beam search (codebook.h): x, wt f32 [n, v] (wt may be None), books f32 [m, nc, v],
+// codes u8 [n, m] (in: start tuples, out: the best found).
+void codebook_beam_py(nb::handle hx, nb::handle hwt, nb::handle hbooks, nb::handle hcodes, int64_t beam) {
+  auto x = in<float, 2>(hx, "codebook_beam: x");
+  auto wt = in_or_none<float, 2>(hwt, "codebook_beam: wt");
+  auto books = in<float, 3>(hbooks, "codebook_beam: books");
+  auto codes = out<uint8_t, 2>(hcodes, "codebook_beam: codes");
+  const int64_t n = x.shape(0), v = x.shape(1), m = books.shape(0), nc = books.shape(1);
+  require(m >= 1 && nc >= 1 && nc <= 256 && books.shape(2) == (size_t)v, "codebook_beam: books must be [m, nc <= 256, v]");
+  require(codes.shape(0) == (size_t)n && codes.shape(1) == (size_t)m, "codebook_beam: codes must be [n, m]");
+  require(beam >= 1 && beam <= 4096, "codebook_beam: beam must be in 1..4096");
+  if (wt.data()) require(is_shape(wt, n, v), "codebook_beam: wt must be [n, v]");
+  const uint8_t* c = codes.data();
+  for (int64_t i = 0; i < n * m; ++i) require(c[i] < nc, "codebook_beam: start codes must be < nc");
+  const float* w = wt.data();
+  nb::gil_scoped_release release;
+  KernelsRunning running(settings_mutex());
+  codebook_beam(x.data(), w, books.data(), n, m, v, nc, beam, codes.data());
+}
+
 // The codebook quantizer's nearest-centroid search (codebook.h): x, wt f32 [n, v], booksT f32 [v, nc] -> out u8 [n].
 void codebook_assign_py(nb::handle hx, nb::handle hwt, nb::handle hbooksT, nb::handle hout) {
   auto x = in<float, 2>(hx, "codebook_assign: x");
@@ -398,6 +418,8 @@ NB_MODULE(_native, m) {
         nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters") = 1);
   m.def("gemm_codebook", &gemm_codebook, nb::arg("weights"), nb::arg("cbT"), nb::arg("cb"), nb::arg("M"), nb::arg("Kp"),
         nb::arg("group"), nb::arg("x"), nb::arg("y"), nb::arg("psum") = true, nb::arg("iters") = 1);
+  m.def("codebook_beam", &codebook_beam_py, nb::arg("x"), nb::arg("wt").none(), nb::arg("books"), nb::arg("codes"),
+        nb::arg("beam"));
   m.def("codebook_assign", &codebook_assign_py, nb::arg("x"), nb::arg("wt").none(), nb::arg("booksT"), nb::arg("out"));
   m.def("bench_int", &bench_int, nb::arg("copies"), nb::arg("zc"), nb::arg("bits"), nb::arg("M"), nb::arg("Kp"),
         nb::arg("group"), nb::arg("q"), nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters"));
