@@ -52,11 +52,13 @@ def conversion_settings(format: str, group_size: int | None = None, lm_head_form
     A parameterized name ("codebook-m2v8b8g128") becomes the format plus its format_options."""
     from lowbit.formats import parse_format
 
+    from lowbit.io.convert import LM_HEAD_FORMAT
+
     format, options = parse_format(format)
     if format in ("f32", "bf16"):
         lm_head_format = lm_head_format or format
         embed_format = embed_format or format
-    settings = dict(format=format, group_size=group_size, lm_head_format=lm_head_format or "int8",
+    settings = dict(format=format, group_size=group_size, lm_head_format=lm_head_format or LM_HEAD_FORMAT,
                     embed_format=embed_format or "bf16")
     if options:
         settings["format_options"] = options

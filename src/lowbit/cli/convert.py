@@ -35,6 +35,8 @@ leaves no OUT behind.
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from lowbit.io.convert import LM_HEAD_FORMAT
+
     formats = "\n".join(f"  {k:<8} {v}" for k, v in FORMAT_HELP.items())
     p = subparsers.add_parser(
         "convert", help="convert a checkpoint (HF safetensors or GGUF) to a lowbit model directory",
@@ -48,8 +50,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
                    help="input channels per scale, a multiple of 32 (default: the format's own: 32 for int4 and int8, 64 for int2, "
                         "one per tensor for ternary)")
-    p.add_argument("--lm-head-format", default="int8", choices=list(FORMAT_HELP), metavar="FMT",
-                   help="format of the output projection (default: int8)")
+    p.add_argument("--lm-head-format", default=None, choices=list(FORMAT_HELP), metavar="FMT",
+                   help=f"format of the output projection (default: {LM_HEAD_FORMAT}; a tied embedding gets its own "
+                        "copy in this format)")
     p.add_argument("--embed-format", default="bf16", choices=list(FORMAT_HELP), metavar="FMT",
                    help="format of the embedding table (default: bf16)")
     p.add_argument("--ternary-method", default="absmean", choices=["absmean", "mse"],
@@ -62,6 +65,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cb.add_argument("--g", type=int, default=128, help="inputs per float16 scale, a multiple of v (default 128)")
     cb.add_argument("--iters", type=int, default=4, help="code/codebook refinement rounds after k-means (default 4)")
     cb.add_argument("--seed", type=int, default=0, help="seed of the k-means sampling (default 0)")
+    cb.add_argument("--beam", type=int, default=8,
+                    help="beam width of the code search for m > 1 (AQLM; exact joint search when 2^(m*b) <= 256; default 8)")
     cb.add_argument("--calibration", metavar="TEXT", default=None,
                     help="a text file: weight each input channel's error by its mean x^2 over the text (run through "
                          "the source model in float32); use a different text from the one you evaluate on")
@@ -74,15 +79,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from lowbit.io.convert import convert
+    from lowbit.io.convert import LM_HEAD_FORMAT, convert
     from lowbit.io.modeldir import LowbitCheckpoint
 
     options = None
     if args.format == "codebook":
-        options = {"m": args.m, "v": args.v, "b": args.b, "g": args.g, "iters": args.iters, "seed": args.seed}
+        options = {"m": args.m, "v": args.v, "b": args.b, "g": args.g, "iters": args.iters, "seed": args.seed,
+                   "beam": args.beam}
     try:
         out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
-                      lm_head_format=args.lm_head_format, embed_format=args.embed_format,
+                      lm_head_format=args.lm_head_format or LM_HEAD_FORMAT, embed_format=args.embed_format,
                       overwrite=args.force, progress=not args.quiet, ternary_method=args.ternary_method,
                       format_options=options, calibration=args.calibration,
                       calibration_tokens=args.calibration_tokens)

@@ -26,6 +26,9 @@ def add_parser(subparsers):
     p.add_argument("-f", "--file", dest="text_file", required=True, metavar="TEXT", help="a UTF-8 text file")
     p.add_argument("--ctx", type=int, default=512, help="tokens per window (default: 512)")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N", help="score at most about N tokens")
+    p.add_argument("--llamacpp", action="store_true",
+                   help="score as llama.cpp's llama-perplexity -c CTX does (only the second half of each window, "
+                        "which gives lower figures): for tables beside llama.cpp")
     add_runtime_args(p)
     p.add_argument("-q", "--quiet", action="store_true", help="print only the perplexity")
     p.set_defaults(func=main)
@@ -33,7 +36,7 @@ def add_parser(subparsers):
 
 
 def main(args) -> int:
-    from lowbit.perplexity import perplexity
+    from lowbit.perplexity import perplexity, perplexity_llamacpp
 
     path = pathlib.Path(args.text_file)
     if not path.is_file():
@@ -50,7 +53,12 @@ def main(args) -> int:
         if not args.quiet and sys.stderr.isatty():
             print(f"\r{done}/{total} tokens", end="", file=sys.stderr, flush=True)
 
-    r = perplexity(llm.model, ids, ctx=args.ctx, max_tokens=args.max_tokens, bos_id=bos, progress=progress)
+    if args.llamacpp:
+        if args.max_tokens:
+            raise ValueError("--max-tokens does not apply with --llamacpp (llama.cpp scores whole windows)")
+        r = perplexity_llamacpp(llm.model, ids, ctx=args.ctx, bos_id=bos, progress=progress)
+    else:
+        r = perplexity(llm.model, ids, ctx=args.ctx, max_tokens=args.max_tokens, bos_id=bos, progress=progress)
     if args.quiet:
         print(f"{r.ppl:.4f}")
     else:

@@ -31,6 +31,9 @@ from lowbit.io.modeldir import SHARD_BYTES, ModelDirWriter
 
 LOW_BIT = ("ternary", "tq1", "binary", "rsr")
 NATIVE_FROM_SOURCE = ("int8", "int4", "int2", "ternary", "tq1", "binary")  # quantize() reads SourceRows
+# The lm_head (and a tied embedding's lm_head copy) default: the smallest format within 1 % of bf16's perplexity
+# on SmolLM2-135M (docs/codebook.md, "lm_head and embedding formats"); a decode step reads all of it per token.
+LM_HEAD_FORMAT = "int8"
 COLLAPSE_WARNING = ("converting float weights to {fmt}: expect the model's quality to collapse unless it was "
                     "trained for it (BitNet b1.58 / ParetoQ-style quantization-aware training)")
 
@@ -106,7 +109,7 @@ def _check_format(name: str, fmt: str) -> None:
         raise ValueError(f"unknown {name} {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
-def convert(src, out, format: str = "int4", group_size: int | None = None, lm_head_format: str = "int8",
+def convert(src, out, format: str = "int4", group_size: int | None = None, lm_head_format: str = LM_HEAD_FORMAT,
             embed_format: str = "bf16", overwrite: bool = False, progress: bool = True,
             shard_bytes: int = SHARD_BYTES, ternary_method: str = "absmean",
             format_options: dict | None = None, calibration=None, calibration_tokens: int = 4096) -> pathlib.Path:
@@ -117,7 +120,8 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         out: the directory to create (refused if it exists, unless overwrite).
         format: weight format of the decoder layers' projections (f32, bf16, int8, int4, int2, ternary, binary).
         group_size: input channels per scale (a multiple of 32) for those; None = the format's default.
-        lm_head_format: format of the output projection (tied embeddings get their own copy).
+        lm_head_format: format of the output projection (default LM_HEAD_FORMAT; tied embeddings get their own copy
+            in it, the embedding itself stays in embed_format).
         embed_format: format of the embedding table.
         overwrite: replace an existing lowbit directory at out.
         progress: show a tqdm bar.

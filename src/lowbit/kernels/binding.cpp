@@ -298,10 +298,11 @@ CodebookWeights checked_codebook_weights(const char* fn, nb::handle hcodes, nb::
   if (!(M > 0 && M <= (int64_t(1) << 31) && Kp > 0 && Kp <= (int64_t(1) << 31) && Kp % v == 0))
     fail(f + ": M must be positive and Kp a positive multiple of v (both at most 2^31)");
   if (!(group > 0 && group % v == 0)) fail(f + ": group must be a positive multiple of v");
-  const int64_t Mt = (M + 7) / 8, G = (Kp + group - 1) / group;
+  const int64_t tile = CodebookWeights::tile_rows(nc);
+  const int64_t Mt = (M + tile - 1) / tile, G = (Kp + group - 1) / group;
   CodebookWeights w{codes.data(), scale.data(), cbT.data(), cb.data(), M, Kp, group, m, v, nc, Mt, G};
-  if (codes.shape(0) != (size_t)w.codes_bytes()) fail(f + ": packed codes have the wrong size for M, Kp, m, v");
-  if (scale.shape(0) != (size_t)(G * Mt * 8)) fail(f + ": scales have the wrong size for M, Kp, group");
+  if (codes.shape(0) != (size_t)w.codes_bytes()) fail(f + ": packed codes have the wrong size for M, Kp, m, v, b");
+  if (scale.shape(0) != (size_t)(G * Mt * tile)) fail(f + ": scales have the wrong size for M, Kp, group");
   return w;
 }
 
@@ -330,6 +331,26 @@ std::tuple<std::string, double> gemm_codebook(nb::handle hweights, nb::handle hc
   const auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < iters; ++it) codebook_run(ws[it % ws.size()], x.data(), N, y.data(), k);
   return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+// The codebook quantizer's beam search (codebook.h): x, wt f32 [n, v] (wt may be None), books f32 [m, nc, v],
+// codes u8 [n, m] (in: start tuples, out: the best found).
+void codebook_beam_py(nb::handle hx, nb::handle hwt, nb::handle hbooks, nb::handle hcodes, int64_t beam) {
+  auto x = in<float, 2>(hx, "codebook_beam: x");
+  auto wt = in_or_none<float, 2>(hwt, "codebook_beam: wt");
+  auto books = in<float, 3>(hbooks, "codebook_beam: books");
+  auto codes = out<uint8_t, 2>(hcodes, "codebook_beam: codes");
+  const int64_t n = x.shape(0), v = x.shape(1), m = books.shape(0), nc = books.shape(1);
+  require(m >= 1 && nc >= 1 && nc <= 256 && books.shape(2) == (size_t)v, "codebook_beam: books must be [m, nc <= 256, v]");
+  require(codes.shape(0) == (size_t)n && codes.shape(1) == (size_t)m, "codebook_beam: codes must be [n, m]");
+  require(beam >= 1 && beam <= 4096, "codebook_beam: beam must be in 1..4096");
+  if (wt.data()) require(is_shape(wt, n, v), "codebook_beam: wt must be [n, v]");
+  const uint8_t* c = codes.data();
+  for (int64_t i = 0; i < n * m; ++i) require(c[i] < nc, "codebook_beam: start codes must be < nc");
+  const float* w = wt.data();
+  nb::gil_scoped_release release;
+  KernelsRunning running(settings_mutex());
+  codebook_beam(x.data(), w, books.data(), n, m, v, nc, beam, codes.data());
 }
 
 // The codebook quantizer's nearest-centroid search (codebook.h): x, wt f32 [n, v], booksT f32 [v, nc] -> out u8 [n].
@@ -736,6 +757,8 @@ NB_MODULE(_native, m) {
         nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters") = 1);
   m.def("gemm_codebook", &gemm_codebook, nb::arg("weights"), nb::arg("cbT"), nb::arg("cb"), nb::arg("M"), nb::arg("Kp"),
         nb::arg("group"), nb::arg("x"), nb::arg("y"), nb::arg("psum") = true, nb::arg("iters") = 1);
+  m.def("codebook_beam", &codebook_beam_py, nb::arg("x"), nb::arg("wt").none(), nb::arg("books"), nb::arg("codes"),
+        nb::arg("beam"));
   m.def("codebook_assign", &codebook_assign_py, nb::arg("x"), nb::arg("wt").none(), nb::arg("booksT"), nb::arg("out"));
   m.def("bench_int", &bench_int, nb::arg("copies"), nb::arg("zc"), nb::arg("bits"), nb::arg("M"), nb::arg("Kp"),
         nb::arg("group"), nb::arg("q"), nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters"));

@@ -121,7 +121,7 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
         for (int64_t t = 0; t < N; ++t) std::copy(x + t * L.K, x + (t + 1) * L.K, s.xf.data() + t * L.cb.Kp);
         xp = s.xf.data();
       }
-      codebook_run(L.cb, xp, N, ys[i], codebook_kernel(N <= kCodebookPsumMaxTokens, nullptr));
+      codebook_run(L.cb, xp, N, ys[i], codebook_kernel(codebook_use_psum(L.cb, N), nullptr));
       done[i] = true;
     } else if (L.kind == 3) {
       const char* path = nullptr;
