@@ -55,6 +55,16 @@ struct QuantJob {
 // codes [64][Kp] of one row block -> its tiles: byte p of tile t in chunk ch holds rows 16t + p/4,
 // k = kc*ch + 4j + p%4 in bit field j
 void pack_block(const uint8_t* codes, int64_t Kp, int bits, uint8_t* dst) {
+  if (bits == 4) {  // 8 codes of a row (< 16 each) -> its 4 bytes of the tile: c[i] | c[i + 4] << 4 = q | q >> 28
+    for (int64_t r = 0; r < 64; ++r)
+      for (int64_t ch = 0; ch < Kp / 8; ++ch) {
+        uint64_t q;
+        std::memcpy(&q, codes + r * Kp + 8 * ch, 8);
+        const uint32_t word = (uint32_t)(q | q >> 28);
+        std::memcpy(dst + (ch * 4 + r / 16) * 64 + 4 * (r % 16), &word, 4);
+      }
+    return;
+  }
   const int per = 8 / bits;
   const int64_t kc = 4 * per, nch = Kp / kc;
   for (int64_t ch = 0; ch < nch; ++ch)

@@ -103,7 +103,7 @@ void ternary_pack_py(AnyArr src, int kind, int64_t M, int64_t K, std::optional<V
   require((int64_t)codes.shape(0) == (tq1 ? Mb * (Kp / 20) * 256 : Mb * Kp * 16), "ternary_pack: codes has the wrong size");
   require((int64_t)scale.shape(0) == Mb * G * 64, "ternary_pack: scale has the wrong size");
   for (int64_t i = 0; i < M * G; ++i)
-    require(std::isfinite(a.data()[i]) && a.data()[i] >= 0.f, "ternary_pack: scales must be finite and >= 0");
+    require(std::isfinite(a.data()[i]) && a.data()[i] > 0.f, "ternary_pack: scales must be finite and > 0");
   nb::gil_scoped_release release;
   ternary_pack(s, a.data(), group, G, tq1, codes.data(), scale.data());
 }
