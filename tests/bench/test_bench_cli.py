@@ -53,6 +53,27 @@ def test_gemm_mode_reports_ops(capsys):
     assert res["n_tokens"] == 8 and all(r["gops"] > 0 for r in res["rows"])
 
 
+def test_gemv_token_counts_report_macs_and_per_token_cost(capsys):
+    args = ["bench", "gemv", "--models", "bitnet-0.7b", "--formats", "ternary", "--tokens", "1,4", "-t", "1",
+            "--rotate-mb", "4", "--min-time", "0.01", "--bandwidth-mb", "16"]
+    assert main(args + ["--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["tokens"] == [1, 4] and res["int8_roof_gmacs"] > 0
+    for r in res["rows"]:
+        assert r["gmacs"] == pytest.approx(r["M"] * r["K"] * r["tokens"] / r["us"] / 1e3)
+        assert r["roof_fraction"] == r["gmacs"] / res["int8_roof_gmacs"]
+        gemv = next(g for g in res["rows"] if g["tokens"] == 1 and (g["M"], g["K"]) == (r["M"], r["K"]))
+        assert r["per_token_vs_gemv"] == pytest.approx(gemv["us"] / (r["us"] / r["tokens"]))
+    assert {(r["M"], r["K"], r["tokens"]) for r in res["rows"]} == {
+        (m, k, n) for m, k in [(1536, 1536), (4096, 1536), (1536, 4096)] for n in (1, 4)}
+    assert [(c["format"], c["tokens"]) for c in res["in_cache"]] == [("ternary", 1), ("ternary", 4)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "G MAC/s" in out and "%roof" in out and "x GEMV/tok" in out
+    assert main(args[:6] + ["--tokens", "1,x"]) == 1 and "--tokens" in capsys.readouterr().err
+    assert main(args[:6] + ["--tokens", "0"]) == 1
+
+
 def test_rotation_uses_distinct_copies():
     pw = random_weight("ternary", 256, 1024, np.random.default_rng(0))
     r = time_matmul(pw, 1, rotate_bytes=4 * pw.nbytes, min_time=0.001, repeats=1)
@@ -75,6 +96,21 @@ def test_e2e_shape_json(capsys, head, head_bytes):
     assert res["prefill_macs_per_token"] == 4 * 1536 * 1536 + 3 * 1536 * 4096 + 32000 * 1536 // 8
     assert res["int8_roof_gmacs"] > 0
     assert res["prefill_roof_fraction"] == res["pp_tps"] * res["prefill_macs_per_token"] / (res["int8_roof_gmacs"] * 1e9)
+
+
+def test_e2e_profile(capsys):
+    args = ["bench", "e2e", "--shape", "bitnet-0.7b", "--layers", "1", "-p", "8", "-n", "4", "-r", "1", "-t", "2"]
+    assert main(args + ["--profile", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["profile"]
+    for kind, n in (("decode", 4), ("prefill", 8)):
+        row = p[kind]
+        assert row["tokens"] == n
+        parts = [row[c] for c in ("gemv", "join", "attention", "lm_head", "rest", "python")]
+        assert min(parts) >= 0 and row["gemv"] > 0 and row["lm_head"] > 0
+        assert sum(parts) == pytest.approx(row["total"], rel=1e-3)
+    assert main(args + ["--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "join waits" in out and "decode tg4" in out and "prefill pp8" in out
 
 
 def test_bad_arguments_fail_clearly(capsys):

@@ -14,6 +14,10 @@ def test_codebook_names():
     pw = random_weight("codebook-m1v4b8g128", 256, 1024, np.random.default_rng(0))
     # 2 + 16/128 bits, plus the codebook (256 x 4 float16) amortized over this small tensor: +0.0625
     assert pw.shape == (256, 1024) and pw.bits_per_weight == 2.125 + pw.codebook_bpw == 2.1875
+    lut = random_weight("codebook-m4v8b4g128", 100, 1000, np.random.default_rng(0))  # nibble codes, 32-row tiles
+    assert lut.tile == 32 and lut.nominal_bpw == 2.125 and lut.codes.nbytes == 128 * 1000 * 4 // 8 // 2
+    x = np.random.default_rng(1).standard_normal((1, 1000)).astype(np.float32)
+    assert np.all(np.isfinite(lut.matmul(x)))
 
 
 def test_gemv_rows_for_codebook_kernels(capsys):

@@ -113,3 +113,83 @@ def test_bad_parameters_raise(rng):
     meta, t = pw.state()
     with pytest.raises(ValueError, match="packed codes"):
         from_state(meta, {**t, "codes": t["codes"][:-1]})
+
+
+# b == 4: the register-table layout (32-row tiles, nibble codes, int8 psums). Odd pair counts (m3 v4 g12: 9
+# pairs, padded), a partial last group, M not a multiple of 32, and m8 v1 g64 (512 pairs per group: the int16
+# accumulators are flushed every 256 pairs).
+LUT4_CASES = [(4, 8, 4, 128, 70, 300), (2, 4, 4, 128, 33, 256), (3, 4, 4, 12, 37, 50), (1, 2, 4, 8, 5, 21),
+              (8, 1, 4, 64, 40, 130), (6, 8, 4, 64, 64, 192)]
+
+
+def lut4_reference(pw, x):
+    """The int8-psum product in numpy (float32 tables, one scale d = max|T|/127 per token and group) and the
+    error bound of the psum quantization: per output sum_grp |s[r, grp]| * P_grp * d_grp / 2."""
+    n = x.shape[0]
+    xp = pw.padded_input(x)
+    idx = pw.unpacked_codes().astype(np.int64)  # [M, nseg, m]
+    s = pw.scales()  # [M, G]
+    S = pw.group // pw.v
+    y = np.zeros((n, pw.shape[0]))
+    bound = np.zeros((n, pw.shape[0]))
+    for grp in range(pw.ngroups):
+        segs = range(grp * S, min((grp + 1) * S, pw.kp // pw.v))
+        xs = xp[:, grp * pw.group:grp * pw.group + len(segs) * pw.v].reshape(n, len(segs), pw.v)
+        T = np.einsum("icv,nsv->nsic", pw._cb, xs).astype(np.float32)  # [n, S_g, m, 16]
+        d = np.abs(T).reshape(n, -1).max(axis=1) / 127.0
+        Tq = np.rint(T / np.where(d > 0, d, 1)[:, None, None, None])
+        sel = idx[:, segs.start:segs.stop]  # [M, S_g, m]
+        acc = np.zeros((n, pw.shape[0]))
+        for i in range(pw.m):
+            acc += np.take_along_axis(Tq[:, None, :, i, :], sel[None, :, :, i, None], axis=3)[..., 0].sum(axis=2)
+        y += acc * d[:, None] * s[None, :, grp]
+        bound += np.abs(s[None, :, grp]) * len(segs) * pw.m * d[:, None] / 2
+    return y, bound
+
+
+@pytest.mark.parametrize("m,v,b,g,rows,k", LUT4_CASES)
+def test_lut4_pack_roundtrip(rng, m, v, b, g, rows, k):
+    pw = random_parts(rng, m, v, b, g, rows, k)
+    assert pw.tile == 32 and pw.codes.size == (-(-rows // 32)) * 32 * sum(
+        -(-min(pw.group // v, pw.kp // v - s0) * m // 2) for s0 in range(0, pw.kp // v, pw.group // v))
+    idx = pw.unpacked_codes()
+    assert idx.max() <= 15
+    assert np.array_equal(unpack_codes(pack_codes(idx, pw.group, v, 4), rows, pw.kp // v, m, pw.group, v, 4), idx)
+
+
+@pytest.mark.parametrize("m,v,b,g,rows,k", LUT4_CASES)
+@pytest.mark.parametrize("n", [1, 5, 20])
+def test_lut4_kernels_every_isa(isa, rng, m, v, b, g, rows, k, n):
+    pw = random_parts(rng, m, v, b, g, rows, k)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    w = pw.dequantize().astype(np.float64)
+    ref = x.astype(np.float64) @ w.T
+    float_tol = 2e-5 * (np.abs(x.astype(np.float64)) @ np.abs(w).T) + 1e-6
+    # dequantize-then-multiply: float32 only
+    err = np.abs(pw.matmul_kernel(x, False) - ref)
+    assert np.all(err <= float_tol), f"{isa} dequant: max err {err.max()}"
+    # Psumbook with int8 tables: within the psum-quantization bound of the exact product, and equal to the
+    # numpy int8 emulation up to float rounding (a table entry at a rounding tie may round either way: one
+    # quantum per row and group is allowed, far below the bound's P/2 quanta per group)
+    y = pw.matmul_kernel(x, True)
+    emu, bound = lut4_reference(pw, x)
+    err = np.abs(y - ref)
+    assert np.all(err <= bound + float_tol), f"{isa} psum: max err/bound {(err / (bound + float_tol)).max()}"
+    flips = 2 * bound / (pw.group // v * m)  # one quantum per group: sum_grp |s| d
+    assert np.all(np.abs(y - emu) <= flips + float_tol), f"{isa} psum vs int8 emulation: {np.abs(y - emu).max()}"
+    # the int8 psums cost little: typical error a small fraction of the output scale
+    assert np.sqrt(np.mean((y - ref) ** 2)) < 0.05 * np.sqrt(np.mean(ref ** 2))
+
+
+def test_lut4_error_falls_as_bits_rise_and_kernel_follows(rng):
+    w = (rng.standard_normal((64, 512)) * rng.uniform(0.2, 2.0, size=(64, 1))).astype(np.float32)
+    x = rng.standard_normal((2, 512)).astype(np.float32)
+    errs = []
+    for m, v in [(2, 8), (2, 4), (3, 4)]:  # ~1.1, ~2.1, ~3.1 bits per weight, all b = 4 (register tables)
+        pw = quantize(w, "codebook", m=m, v=v, b=4, g=128, iters=2)
+        assert pw.tile == 32
+        errs.append(float(np.mean((pw.dequantize() - w) ** 2) / np.mean(w ** 2)))
+        ref = x @ pw.dequantize().T
+        assert np.sqrt(np.mean((pw.matmul(x) - ref) ** 2)) < 0.02 * np.sqrt(np.mean(ref ** 2))
+    assert errs[0] > errs[1] > errs[2], errs
+    assert errs[1] < 0.15, errs

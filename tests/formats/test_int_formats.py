@@ -162,3 +162,41 @@ def test_matmul_many_equals_separate_calls(isa, rng):
             for got, w in zip(matmul_many(group, x), group):
                 np.testing.assert_array_equal(got, w.matmul(x))
     assert matmul_many(ws, x[0])[0].shape == (576,)
+
+
+# The AVX2 GEMM tiles tokens by 8 (2-bit and 1-bit codes) or 5 (4-bit), remainders by 4, 2, 1, and rows by
+# halves of 8; every token count up to two tiles and past the prefill chunk of 64 must match.
+TOKEN_COUNTS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 130]
+
+
+@pytest.mark.parametrize("fmt", INT_FORMATS)
+def test_gemm_token_tiles_match_reference(isa, fmt, rng):
+    m, k = 77, 1100  # M: a partial half of 8 rows; K: not a multiple of 64, > 16 chunks (several s16 flushes)
+    w = rng.standard_normal((m, k)).astype(np.float32)
+    x = rng.standard_normal((max(TOKEN_COUNTS), k)).astype(np.float32) * 3
+    for opts in OPTIONS[fmt][:2]:
+        pw = quantize(w, fmt, **opts)
+        for n in TOKEN_COUNTS:
+            ref = reference(pw, x[:n])
+            np.testing.assert_allclose(pw.matmul(x[:n]), ref, rtol=0, atol=1e-5 * np.abs(ref).max(),
+                                       err_msg=f"{fmt} {opts} N={n} {isa}")
+
+
+@pytest.mark.parametrize("fmt", INT_FORMATS)
+@pytest.mark.parametrize("sign", [1, -1])
+def test_s16_accumulators_at_the_bound(isa, fmt, sign):
+    """Largest codes against activations of +-127 over one long group: every s16 run of the AVX2 kernel sits at
+    its bound (kFlush chunks of 2 * maxc * 127 per instruction); one more instruction per run would wrap."""
+    m, k = 40, 500 if fmt == "int8" else 2000  # |y| < 2^24: exact in float32
+    cls = quantize(np.ones((2, 64), np.float32), fmt).__class__
+    top = 2 if fmt == "ternary" else (1 << cls.bits) - 1
+    codes = np.full((m, k), top, np.uint8)
+    codes[1::2, ::3] = 0  # some rows below the bound too
+    a = np.ones((m, 1), np.float32)
+    pw = cls.from_codes(codes, a) if cls.zc is not None and fmt not in ("int4", "int2") else cls.from_codes(codes, a, -a * 3)
+    x = np.full((9, k), 127.0 * sign, np.float32)
+    x[4, ::2] = -127.0 * sign  # one token of mixed signs
+    y = pw.matmul(x)
+    a_, b_ = pw.affine()
+    exact = (x.astype(np.int64) @ codes.astype(np.int64).T) * a_[0, 0] + b_[:, 0] * x.sum(axis=1, keepdims=True)
+    np.testing.assert_array_equal(y, exact.astype(np.float32))

@@ -119,3 +119,41 @@ def test_f64_to_f16_matches_numpy():
         want = x.astype(np.float16).view(np.uint16)
     got = np.array([_native.f64_to_f16(float(v)) for v in x], np.uint16)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fmt", ["int4", "int2"])
+def test_affine_search_eight_groups_at_once(isa, fmt):
+    """The AVX2 search runs 8 groups per pass (group <= 128): wide rows, every such group size and one beyond,
+    scales that round to float16 subnormals or overflow to inf, groups of signed zeros and near-ties."""
+    cls = FORMATS[fmt]
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((9, 1536)) * 0.02).astype(np.float32)
+    w[1] *= 1e-4  # scales around float16's subnormals
+    w[2, :700] *= 3e4  # scales past 65504: inf
+    w[3, :64] = np.where(rng.random(64) < 0.5, -0.0, 0.0)  # signed zeros: the min's sign is the offset's
+    w[3, 64:128] = np.abs(w[3, 64:128]) * np.where(rng.random(64) < 0.3, 0.0, 1.0)
+    w[3, 128:160] = -np.abs(w[3, 128:160])
+    w[3, 160:192] = np.float32(-0.0)
+    w[4] = np.round(w[4] * 1000) / 1000  # values on a grid: ties in the error search
+    w[5] = np.linspace(-1, 1, 1536, dtype=np.float32)
+    for opts in ({"group_size": 32}, {"group_size": 64}, {"group_size": 96}, {"group_size": 128}, {"group_size": 160},
+                 {"group_size": 32, "symmetric": True}, {"group_size": 128, "symmetric": True}):
+        same_state(cls.quantize(w, **opts), cls.quantize_reference(w, **opts))
+
+
+@pytest.mark.parametrize("fmt", ["ternary", "tq1"])
+def test_ternary_scale_below_float16_is_clamped(isa, fmt):
+    """A ternary-valued unit whose own s is below float16's range (1e-9) keeps the smallest float16 scale 2^-24,
+    never 0 (w / 0 was inf, 0 / 0 NaN): native and numpy give the same bits and finite, exact-zero-aware codes."""
+    cls = FORMATS[fmt]
+    w = ternary_valued((5, 120), 3)
+    w[2] *= np.float32(1e-9 / 0.37)  # row 2: {-1e-9, 0, 1e-9}
+    for opts in ({"scale": "row"}, {"group_size": 40 if fmt == "tq1" else 32}):
+        got, want = cls.quantize(w, **opts), cls.quantize_reference(w, **opts)
+        same_state(got, want)
+        assert np.all(got.dequantize()[2] == 0)  # 1e-9 / 2^-24 rounds to 0: the row stays (almost exactly) zero
+        scales = np.asarray(got.scale, np.float32).reshape(-1, got.ngroups, 64)[0, :, :5]  # [G, rows]
+        assert np.all(scales > 0) and np.all(scales[:, 2] == np.float32(2.0 ** -24))
+    with pytest.raises(ValueError, match="finite and > 0"):
+        _native.ternary_pack(w, 0, 5, 120, None, np.zeros(5, np.float32), 128, False,
+                             np.empty(128 * 16, np.uint8), np.empty(64, np.uint16))

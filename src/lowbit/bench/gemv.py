@@ -19,10 +19,10 @@ import numpy as np
 
 import lowbit
 from lowbit import _native
-from lowbit.bench import bandwidth, memory
+from lowbit.bench import bandwidth, memory, roof
 from lowbit.bench.shapes import GEMV_MODELS, MODEL_SHAPES, linear_shapes
 from lowbit.formats import Activations, get_format
-from lowbit.formats.codebook import CodebookWeight, parse_spec
+from lowbit.formats.codebook import CodebookWeight, codes_bytes, parse_spec, row_tile
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import ROW_BLOCK, IntCodeWeight, padded_k, resolve_group
 from lowbit.formats.rsr import RSRWeight
@@ -68,9 +68,11 @@ def random_weight(fmt: str, m: int, k: int, rng: np.random.Generator):
         p, psum = cb
         kp = -(-k // p["v"]) * p["v"]
         group = min(p["g"], kp)
-        mt, g = -(-m // 8), -(-kp // group)
-        codes = rng.integers(0, 1 << p["b"], size=mt * 8 * (kp // p["v"]) * p["m"], dtype=np.uint8)
-        scale = rng.uniform(0.01, 0.02, size=g * mt * 8).astype(np.float16)
+        tile = row_tile(p["b"])
+        mt, g = -(-m // tile), -(-kp // group)
+        n_codes = codes_bytes(m, kp, p["m"], p["v"], p["b"], group)  # b == 4: two codes per byte, any byte valid
+        codes = rng.integers(0, 256 if p["b"] == 4 else 1 << p["b"], size=n_codes, dtype=np.uint8)
+        scale = rng.uniform(0.01, 0.02, size=g * mt * tile).astype(np.float16)
         books = rng.standard_normal((p["m"], 1 << p["b"], p["v"])).astype(np.float16)
         pw = CodebookWeight((m, k), p["m"], p["v"], p["b"], group, codes, scale, books)
         pw.bench_psum = psum
@@ -158,8 +160,9 @@ def _copy(pw):
 
 
 def in_cache_rate(fmt: str, threads: int = 1, target_bytes: int = 512 << 10, k: int = 4096,
-                  min_time: float = 0.25) -> dict:
-    """GB/s of packed weights on a matrix that stays in L2 (the paper's B/gamma: decode-and-compute speed)."""
+                  min_time: float = 0.25, n_tokens: int = 1) -> dict:
+    """GB/s of packed weights (and MAC/s for n_tokens) on a matrix that stays in L2 (the paper's B/gamma:
+    decode-and-compute speed)."""
     rng = np.random.default_rng(1)
     probe = random_weight(fmt, 64, k, rng)
     m = max(64, int(target_bytes * threads / probe.nbytes) * 64)
@@ -167,15 +170,21 @@ def in_cache_rate(fmt: str, threads: int = 1, target_bytes: int = 512 << 10, k: 
     before = lowbit.get_threads()
     lowbit.set_threads(threads)
     try:
-        t = time_matmul(pw, 1, rotate_bytes=0, min_time=min_time, rng=rng)["seconds"]
+        t = time_matmul(pw, n_tokens, rotate_bytes=0, min_time=min_time, rng=rng)["seconds"]
     finally:
         lowbit.set_threads(before)
-    return {"format": fmt, "threads": threads, "shape": [m, k], "gbps": pw.nbytes / t / 1e9}
+    return {"format": fmt, "threads": threads, "shape": [m, k], "tokens": n_tokens, "gbps": pw.nbytes / t / 1e9,
+            "us": t * 1e6, "gmacs": m * k * n_tokens / t / 1e9}
 
 
-def run(models=None, formats=None, threads: int | None = None, n_tokens: int = 1, progress=print,
+def run(models=None, formats=None, threads: int | None = None, n_tokens: int | list[int] = 1, progress=print,
         rotate_bytes: int | None = None, min_time: float = 0.25, bandwidth_bytes: int = bandwidth.DEFAULT_BYTES) -> dict:
-    """The full GEMV (or GEMM, n_tokens > 1) table for the given models' shapes."""
+    """The full GEMV (or GEMM, n_tokens > 1) table for the given models' shapes; n_tokens may be a list (one
+    row per count). MAC/s are reported against the int8 compute roof (`lowbit bench roof`) of the same
+    threads, and a GEMM row's time per token against the GEMV's (1 token) when that was measured too."""
+    tokens = [n_tokens] if isinstance(n_tokens, int) else list(n_tokens)
+    if not tokens or min(tokens) < 1:
+        raise ValueError("token counts must be >= 1")
     models = models or GEMV_MODELS
     formats = formats or FORMATS
     threads = threads or lowbit.get_threads()
@@ -186,6 +195,8 @@ def run(models=None, formats=None, threads: int | None = None, n_tokens: int = 1
     bw1 = bandwidth.measure(1, nbytes=bandwidth_bytes) if threads != 1 else bw
     rotate = ROTATE_L3_FACTOR * l3_bytes() if rotate_bytes is None else rotate_bytes
     roof_buf = memory.buffer(256 << 20)
+    compute = roof.measure(threads)["gmacs"]
+    compute1 = roof.measure(1)["gmacs"] if threads != 1 else compute
 
     def local_roof() -> float:
         return bandwidth.measure(threads, passes=2, repeats=1, buf=roof_buf)["gbps"]
@@ -196,22 +207,33 @@ def run(models=None, formats=None, threads: int | None = None, n_tokens: int = 1
             base = None
             for fmt in formats:
                 pw = random_weight(fmt, m, k, rng)
-                before = local_roof()
-                r = time_matmul(pw, n_tokens, rotate_bytes=rotate, min_time=min_time, rng=rng)
-                roof = max(before, local_roof())
-                t = r["seconds"]
-                row = {"model": model, "M": m, "K": k, "format": fmt, "bpw": pw.bits_per_weight, "bytes": pw.nbytes,
-                       "us": t * 1e6, "gbps": pw.nbytes / t / 1e9, "copies": r["copies"],
-                       "gops": 2.0 * m * k * n_tokens / t / 1e9}
-                row["roof_gbps"] = roof
-                row["bw_fraction"] = row["gbps"] / roof
-                if fmt == "bf16":
-                    base = t
-                row["speedup_vs_bf16"] = base / t if base else None
-                rows.append(row)
-                progress(f"  {model:15s} {m:6d}x{k:<6d} {fmt:8s} {row['us']:9.1f} us  {row['gbps']:6.1f} GB/s")
-    cache = [in_cache_rate(f, 1, min_time=min_time) for f in formats]
-    return {"threads": threads, "n_tokens": n_tokens, "isa": lowbit.cpu_info()["isa"], "bandwidth": bw,
+                gemv_us = None
+                for n in tokens:
+                    before = local_roof()
+                    r = time_matmul(pw, n, rotate_bytes=rotate, min_time=min_time, rng=rng)
+                    roof_bw = max(before, local_roof())
+                    t = r["seconds"]
+                    row = {"model": model, "M": m, "K": k, "format": fmt, "tokens": n, "bpw": pw.bits_per_weight,
+                           "bytes": pw.nbytes, "us": t * 1e6, "gbps": pw.nbytes / t / 1e9, "copies": r["copies"],
+                           "gops": 2.0 * m * k * n / t / 1e9, "gmacs": m * k * n / t / 1e9}
+                    row["roof_gbps"] = roof_bw
+                    row["bw_fraction"] = row["gbps"] / roof_bw
+                    row["roof_fraction"] = row["gmacs"] / compute
+                    if n == 1:
+                        gemv_us = row["us"]
+                    # GEMV time per token / this row's time per token: how much cheaper a token is here
+                    row["per_token_vs_gemv"] = gemv_us / (row["us"] / n) if gemv_us else None
+                    if fmt == "bf16" and n == tokens[0]:
+                        base = t
+                    row["speedup_vs_bf16"] = base / t if base and n == tokens[0] else None
+                    rows.append(row)
+                    progress(f"  {model:15s} {m:6d}x{k:<6d} {fmt:8s} N={n:<4d} {row['us']:9.1f} us  "
+                             f"{row['gbps']:6.1f} GB/s  {row['gmacs']:6.1f} G MAC/s")
+    cache = [in_cache_rate(f, 1, min_time=min_time, n_tokens=n) for f in formats for n in tokens]
+    for c in cache:
+        c["roof_fraction"] = c["gmacs"] / compute1
+    return {"threads": threads, "n_tokens": tokens[0], "tokens": tokens, "int8_roof_gmacs": compute,
+            "int8_roof_gmacs_1thread": compute1, "isa": lowbit.cpu_info()["isa"], "bandwidth": bw,
             "bandwidth_1thread": bw1, "pool_overhead_us": _native.pool_overhead(20000) * 1e6,
             "rotate_bytes": rotate, "l3_bytes": l3_bytes(), "rows": rows, "in_cache": cache,
             "timestamp": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
     g.add_argument("--models", default=None, help="comma-separated: falcon3-1b,mobilellm-1.5b,bitnet-2b,llama3-8b")
     g.add_argument("--formats", default=None, help="comma-separated formats (default bf16,int8,int4,int2,ternary,binary)")
     g.add_argument("-n", "--batch", type=int, default=1, help="tokens per call: 1 = GEMV (decode), e.g. 128 = GEMM (prefill)")
+    g.add_argument("--tokens", default=None, metavar="N,N,...",
+                   help="several token counts, one row each (e.g. 1,4,16,128; overrides -n): G MAC/s against the "
+                        "int8 compute roof (`bench roof`) and each GEMM's time per token against the GEMV's")
     g.add_argument("--plot", metavar="FILE.png", default=None, help="draw GB/s per shape and format with the bandwidth line")
     g.add_argument("--rotate-mb", type=int, default=None,
                    help="MiB of weight copies each measurement cycles through (default 8x the L3)")
@@ -104,6 +107,14 @@ def main_gemv(args) -> int:
 
     if args.batch < 1:
         raise ValueError("--batch must be >= 1")
+    tokens = args.batch
+    if args.tokens:
+        try:
+            tokens = [int(t) for t in args.tokens.split(",")]
+        except ValueError:
+            raise ValueError(f"--tokens must be comma-separated integers, got {args.tokens!r}") from None
+        if min(tokens) < 1:
+            raise ValueError("--tokens must all be >= 1")
     models = args.models.split(",") if args.models else None
     formats = args.formats.split(",") if args.formats else None
     from lowbit.bench.shapes import MODEL_SHAPES
@@ -111,7 +122,7 @@ def main_gemv(args) -> int:
         if m not in MODEL_SHAPES:
             raise ValueError(f"unknown model shape {m!r}; known: {', '.join(MODEL_SHAPES)}")
     quiet = args.json
-    res = gemv.run(models, formats, _threads(args), args.batch,
+    res = gemv.run(models, formats, _threads(args), tokens,
                    progress=(lambda s: None) if quiet else (lambda s: print(s, file=sys.stderr)),
                    rotate_bytes=None if args.rotate_mb is None else args.rotate_mb << 20, min_time=args.min_time,
                    bandwidth_bytes=args.bandwidth_mb << 20)
@@ -128,17 +139,22 @@ def main_gemv(args) -> int:
 
 def print_gemv(res: dict) -> None:
     bw, bw1 = res["bandwidth"], res["bandwidth_1thread"]
-    mode = "GEMV (1 token)" if res["n_tokens"] == 1 else f"GEMM ({res['n_tokens']} tokens)"
+    tokens = res.get("tokens", [res["n_tokens"]])
+    mode = ("GEMV (1 token)" if tokens == [1] else
+            f"GEMM ({tokens[0]} tokens)" if len(tokens) == 1 else f"{', '.join(map(str, tokens))} tokens per call")
     print(f"lowbit bench gemv: {mode}, {res['threads']} thread(s), ISA {res['isa']}")
     print(f"read bandwidth: {bw['gbps']:.1f} GB/s with {res['threads']} thread(s), {bw1['gbps']:.1f} GB/s with 1; "
           f"weights rotated over >= {res['rotate_bytes'] >> 20} MiB ({res['rotate_bytes'] / res['l3_bytes']:.0f}x the L3)")
-    print("%BW: against the read bandwidth measured right before and after each row (the higher of the two)")
+    print(f"int8 compute roof: {res['int8_roof_gmacs']:.0f} G MAC/s with {res['threads']} thread(s), "
+          f"{res['int8_roof_gmacs_1thread']:.0f} with 1 (`lowbit bench roof`)")
+    print("%BW: against the read bandwidth measured right before and after each row (the higher of the two); "
+          "%roof: G MAC/s against the int8 compute roof")
+    if len(tokens) > 1 and 1 in tokens:
+        print("x GEMV/tok: the GEMV's time per token over this row's (how much cheaper a token is in the GEMM)")
     print(f"thread pool fork/join: {res['pool_overhead_us']:.2f} us per call")
     print()
-    hdr = (f"{'model':15s} {'M x K':>12s} {'format':8s} {'bpw':>5s} {'MB':>7s} {'us/call':>9s} {'GB/s':>6s} "
-           f"{'roof':>5s} {'%BW':>5s} {'x bf16':>6s}")
-    if res["n_tokens"] > 1:
-        hdr += f" {'GOP/s':>7s}"
+    hdr = (f"{'model':15s} {'M x K':>12s} {'format':8s} {'N':>4s} {'bpw':>5s} {'MB':>7s} {'us/call':>9s} {'GB/s':>6s} "
+           f"{'roof':>5s} {'%BW':>5s} {'x bf16':>6s} {'G MAC/s':>8s} {'%roof':>6s} {'x GEMV/tok':>10s}")
     print(hdr)
     last = None
     for r in res["rows"]:
@@ -146,17 +162,17 @@ def print_gemv(res: dict) -> None:
         if last and key != last:
             print()
         last = key
-        sp = f"{r['speedup_vs_bf16']:6.2f}" if r["speedup_vs_bf16"] else f"{'-':>6s}"
-        line = (f"{r['model']:15s} {str(r['M']) + 'x' + str(r['K']):>12s} {r['format']:8s} {r['bpw']:5.2f} "
-                f"{r['bytes'] / 1e6:7.2f} {r['us']:9.1f} {r['gbps']:6.1f} {r['roof_gbps']:5.1f} "
-                f"{100 * r['bw_fraction']:4.0f}% {sp}")
-        if res["n_tokens"] > 1:
-            line += f" {r['gops']:7.0f}"
-        print(line)
+        sp = f"{r['speedup_vs_bf16']:6.2f}" if r.get("speedup_vs_bf16") else f"{'-':>6s}"
+        pt = f"{r['per_token_vs_gemv']:10.2f}" if r.get("per_token_vs_gemv") and r["tokens"] > 1 else f"{'-':>10s}"
+        print(f"{r['model']:15s} {str(r['M']) + 'x' + str(r['K']):>12s} {r['format']:8s} {r['tokens']:4d} {r['bpw']:5.2f} "
+              f"{r['bytes'] / 1e6:7.2f} {r['us']:9.1f} {r['gbps']:6.1f} {r['roof_gbps']:5.1f} "
+              f"{100 * r['bw_fraction']:4.0f}% {sp} {r['gmacs']:8.1f} {100 * r['roof_fraction']:5.0f}% {pt}")
     print()
     print("in-cache throughput, 1 thread (paper 000's B/gamma; memory-bound when above the 1-thread roof):")
     for c in res["in_cache"]:
         bound = "memory-bound" if c["gbps"] > bw1["gbps"] else "compute-bound"
-        print(f"  {c['format']:8s} {c['gbps']:7.1f} GB/s  ({c['shape'][0]}x{c['shape'][1]})  -> {bound} at {bw1['gbps']:.1f} GB/s")
+        print(f"  {c['format']:8s} N={c['tokens']:<4d} {c['gbps']:7.1f} GB/s {c['gmacs']:7.1f} G MAC/s "
+              f"({100 * c['roof_fraction']:3.0f}% of roof)  ({c['shape'][0]}x{c['shape'][1]})"
+              + (f"  -> {bound} at {bw1['gbps']:.1f} GB/s" if c["tokens"] == 1 else ""))
     if res.get("plot"):
         print(f"\nplot: {res['plot']}")

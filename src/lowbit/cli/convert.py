@@ -61,10 +61,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cb = p.add_argument_group("codebook options (--format codebook; bits per weight = m*b/v + 16/g)")
     cb.add_argument("--m", type=int, default=1, help="codebooks per vector, additive (default 1)")
     cb.add_argument("--v", type=int, default=4, help="inputs per vector (default 4)")
-    cb.add_argument("--b", type=int, default=8, help="bits per code, 1..8: 2^b centroids per codebook (default 8)")
+    cb.add_argument("--b", type=int, default=8,
+                    help="bits per code, 1..8: 2^b centroids per codebook (default 8); b 4 packs two codes per byte "
+                         "and runs the register-table kernel (the fast one on AVX2: e.g. --m 4 --v 8 --b 4, 2.125 bpw)")
     cb.add_argument("--g", type=int, default=128, help="inputs per float16 scale, a multiple of v (default 128)")
     cb.add_argument("--iters", type=int, default=4, help="code/codebook refinement rounds after k-means (default 4)")
     cb.add_argument("--seed", type=int, default=0, help="seed of the k-means sampling (default 0)")
+    cb.add_argument("--beam", type=int, default=8,
+                    help="beam width of the code search for m > 1 (AQLM; exact joint search when 2^(m*b) <= 256; default 8)")
     cb.add_argument("--calibration", metavar="TEXT", default=None,
                     help="a text file: weight each input channel's error by its mean x^2 over the text (run through "
                          "the source model in float32); use a different text from the one you evaluate on")
@@ -82,7 +86,8 @@ def main(args) -> int:
 
     options = None
     if args.format == "codebook":
-        options = {"m": args.m, "v": args.v, "b": args.b, "g": args.g, "iters": args.iters, "seed": args.seed}
+        options = {"m": args.m, "v": args.v, "b": args.b, "g": args.g, "iters": args.iters, "seed": args.seed,
+                   "beam": args.beam}
     try:
         out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
                       lm_head_format=args.lm_head_format or LM_HEAD_FORMAT, embed_format=args.embed_format,

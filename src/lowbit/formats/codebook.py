@@ -6,13 +6,18 @@ bits per weight = m*b/v (codes) + 16/g (float16 scales) + the codebooks, m * 2^b
 (``codebook_bpw`` reports them apart). b <= 8: each code is one byte, so b < 8 stores 8 bits per code.
 
 Layout (kernels/codebook.h has the same description next to the kernels):
-    codes     uint8   [G][Mt][S_g][m][8]   Mt = ceil(M/8) tiles of 8 rows, Kp = ceil(K/v)*v,
-                                           G = ceil(Kp/g), S_g = segments (of v inputs) in group g
-    scale     float16 [G][Mt*8]            rows past M have scale 0
+    b != 4:   codes uint8 [G][Mt][S_g][m][8]   Mt = ceil(M/8) tiles of 8 rows, Kp = ceil(K/v)*v,
+                                               G = ceil(Kp/g), S_g = segments (of v inputs) in group g
+    b == 4:   codes uint8 [G][Mt][P_g/2][32]   Mt = ceil(M/32) tiles of 32 rows; the P_g = S_g*m (segment,
+              codebook) pairs of a group (q = s*m + i), padded to even with code 0: byte [p][j] holds row j's
+              code of pair 2p in its low nibble and of pair 2p+1 in its high nibble (one vpshufb = 32 rows)
+    scale     float16 [G][Mt*TILE]             TILE = 8 or 32 rows; rows past M have scale 0
     codebooks float16 [m][2^b][v]
 Two kernels: the Psumbook one (per token and group, the inner products of each input segment with every
 centroid, then one lookup per code) and dequantize-then-multiply (the usual kernel, the paper's baseline).
-``matmul`` uses the Psumbook for up to PSUM_MAX_TOKENS tokens and dequantize-then-multiply above.
+For b == 4 the Psumbook tables are int8 (16 entries: one register, looked up with vpshufb).
+``matmul`` uses the Psumbook for up to PSUM_MAX_TOKENS tokens and dequantize-then-multiply above (b == 4: always
+the Psumbook).
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ from lowbit import _native
 from lowbit.formats.base import Activations, PackedWeight, check_weight
 
 TILE = 8
-PSUM_MAX_TOKENS = 16  # kernels/codebook.h kCodebookPsumMaxTokens: the native decoder makes the same choice
+LUT_TILE = 32  # b == 4: rows per tile of the nibble (register-table) layout
+PSUM_MAX_TOKENS = 16  # kernels/codebook.h codebook_use_psum: the native decoder makes the same choice
 DEFAULTS = {"m": 1, "v": 4, "b": 8, "g": 128}
 _SPEC = re.compile(r"^codebook(?:-m(\d+)v(\d+)b(\d+)g(\d+))?$")
 
@@ -54,9 +60,46 @@ def check_params(m: int, v: int, b: int, g: int) -> None:
         raise ValueError(f"codebook: g (group) must be a positive multiple of v={v}, got {g}")
 
 
-def pack_codes(idx: np.ndarray, group: int, v: int) -> np.ndarray:
-    """codes uint8 [M, nseg, m] -> flat uint8 in the [G][Mt][S_g][m][8] layout."""
+def row_tile(b: int) -> int:
+    return LUT_TILE if b == 4 else TILE
+
+
+def codes_bytes(rows: int, kp: int, m: int, v: int, b: int, group: int) -> int:
+    """Bytes of the packed codes of an [rows, kp] weight."""
+    nseg = kp // v
+    if b != 4:
+        return -(-rows // TILE) * TILE * nseg * m
+    S = group // v
+    nfull, rem = nseg // S, nseg % S
+    pairs = nfull * (S * m + (S * m) % 2) + (rem * m + (rem * m) % 2)
+    return -(-rows // LUT_TILE) * LUT_TILE * pairs // 2
+
+
+def _pack_nibbles(idx: np.ndarray) -> np.ndarray:
+    """codes [Mt*32, P] (one group) -> uint8 [Mt][ceil(P/2)][32]: pair 2p low nibble, 2p+1 high."""
+    rows, p = idx.shape
+    if p % 2:
+        idx = np.concatenate([idx, np.zeros((rows, 1), np.uint8)], axis=1)
+    t = idx.reshape(rows // LUT_TILE, LUT_TILE, -1, 2)
+    return (t[..., 0] | (t[..., 1] << 4)).transpose(0, 2, 1).reshape(-1)
+
+
+def _unpack_nibbles(packed: np.ndarray, rows: int, p: int) -> np.ndarray:
+    """The inverse of _pack_nibbles: [rows (a multiple of 32), p]."""
+    t = packed.reshape(rows // LUT_TILE, -1, LUT_TILE).transpose(0, 2, 1)
+    out = np.stack([t & 15, t >> 4], axis=-1).reshape(rows, -1)
+    return out[:, :p]
+
+
+def pack_codes(idx: np.ndarray, group: int, v: int, b: int = 8) -> np.ndarray:
+    """codes uint8 [M, nseg, m] -> flat uint8 in the [G][Mt][S_g][m][8] layout (b == 4: the nibble layout)."""
     rows, nseg, m = idx.shape
+    if b == 4:
+        mt, S = -(-rows // LUT_TILE), group // v
+        full = np.zeros((mt * LUT_TILE, nseg, m), np.uint8)
+        full[:rows] = idx
+        parts = [_pack_nibbles(full[:, s0:s0 + S].reshape(mt * LUT_TILE, -1)) for s0 in range(0, nseg, S)]
+        return np.ascontiguousarray(np.concatenate(parts))
     mt, S = -(-rows // TILE), group // v
     full = np.zeros((mt * TILE, nseg, m), np.uint8)
     full[:rows] = idx
@@ -67,8 +110,17 @@ def pack_codes(idx: np.ndarray, group: int, v: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts))
 
 
-def unpack_codes(packed: np.ndarray, rows: int, nseg: int, m: int, group: int, v: int) -> np.ndarray:
+def unpack_codes(packed: np.ndarray, rows: int, nseg: int, m: int, group: int, v: int, b: int = 8) -> np.ndarray:
     """The inverse of pack_codes: uint8 [M, nseg, m]."""
+    if b == 4:
+        mt, S = -(-rows // LUT_TILE), group // v
+        out, at = [], 0
+        for s0 in range(0, nseg, S):
+            p = min(S, nseg - s0) * m
+            n = mt * LUT_TILE * (p + p % 2) // 2
+            out.append(_unpack_nibbles(packed[at:at + n], mt * LUT_TILE, p).reshape(mt * LUT_TILE, -1, m))
+            at += n
+        return np.concatenate(out, axis=1)[:rows]
     mt, S = -(-rows // TILE), group // v
     nfull = nseg // S
     out = np.empty((mt * TILE, nseg, m), np.uint8)
@@ -94,12 +146,13 @@ class CodebookWeight(PackedWeight):
         check_params(self.m, self.v, self.b, self.group)
         self.nc = 1 << self.b
         self.ngroups = -(-self.kp // self.group)
-        self.mt = -(-self.shape[0] // TILE)
-        n_codes = self.mt * TILE * (self.kp // self.v) * self.m
+        self.tile = row_tile(self.b)
+        self.mt = -(-self.shape[0] // self.tile)
+        n_codes = codes_bytes(self.shape[0], self.kp, self.m, self.v, self.b, self.group)
         if codes.dtype != np.uint8 or codes.ndim != 1 or codes.size != n_codes:
             raise ValueError(f"codebook: packed codes must be flat uint8 of {n_codes} bytes, got {codes.dtype} {codes.shape}")
-        if scale.dtype != np.float16 or scale.ndim != 1 or scale.size != self.ngroups * self.mt * TILE:
-            raise ValueError(f"codebook: scales must be flat float16 of {self.ngroups * self.mt * TILE} values")
+        if scale.dtype != np.float16 or scale.ndim != 1 or scale.size != self.ngroups * self.mt * self.tile:
+            raise ValueError(f"codebook: scales must be flat float16 of {self.ngroups * self.mt * self.tile} values")
         if codebooks.dtype != np.float16 or codebooks.shape != (self.m, self.nc, self.v):
             raise ValueError(f"codebook: codebooks must be float16 [{self.m}, {self.nc}, {self.v}], "
                              f"got {codebooks.dtype} {codebooks.shape}")
@@ -111,9 +164,10 @@ class CodebookWeight(PackedWeight):
 
     @classmethod
     def quantize(cls, w, m: int = 1, v: int = 4, b: int = 8, g: int | None = None, group_size: int | None = None,
-                 seed: int = 0, iters: int = 4, importance=None, **options) -> "CodebookWeight":
+                 seed: int = 0, iters: int = 4, importance=None, beam: int = 8, **options) -> "CodebookWeight":
         """Fits m codebooks of 2^b centroids of v inputs to w (float32 [M, K]); g (or group_size) inputs per
-        scale (default 128). importance: float [K] per-input weights (calibration mean x^2) or None."""
+        scale (default 128). importance: float [K] per-input weights (calibration mean x^2) or None; beam:
+        the code search's beam width for m > 1 (codebook_beam)."""
         from lowbit.formats.codebook_quant import fit_codebooks
 
         w = check_weight(w)
@@ -121,7 +175,9 @@ class CodebookWeight(PackedWeight):
         check_params(m, v, b, group)
         kp = -(-w.shape[1] // v) * v
         group = min(group, kp)
-        idx, s, books = fit_codebooks(w, m, v, b, group, seed=seed, iters=iters, importance=importance)
+        if beam < 1:
+            raise ValueError(f"codebook: beam must be >= 1, got {beam}")
+        idx, s, books = fit_codebooks(w, m, v, b, group, seed=seed, iters=iters, importance=importance, beam=beam)
         return cls.from_parts(idx, s, books, group, k=w.shape[1], seed=seed, weighted=importance is not None)
 
     @classmethod
@@ -130,19 +186,20 @@ class CodebookWeight(PackedWeight):
         rows, nseg, m = idx.shape
         v = books.shape[2]
         b = int(np.log2(books.shape[1]))
-        mt = -(-rows // TILE)
-        sp = np.zeros((mt * TILE, s.shape[1]), np.float16)
+        tile = row_tile(b)
+        mt = -(-rows // tile)
+        sp = np.zeros((mt * tile, s.shape[1]), np.float16)
         sp[:rows] = s
-        return cls((rows, k), m, v, b, group, pack_codes(idx, group, v), np.ascontiguousarray(sp.T).reshape(-1),
+        return cls((rows, k), m, v, b, group, pack_codes(idx, group, v, b), np.ascontiguousarray(sp.T).reshape(-1),
                    np.ascontiguousarray(books, np.float16), meta)
 
     def unpacked_codes(self) -> np.ndarray:
         """uint8 [M, Kp/v, m]."""
-        return unpack_codes(self.codes, self.shape[0], self.kp // self.v, self.m, self.group, self.v)
+        return unpack_codes(self.codes, self.shape[0], self.kp // self.v, self.m, self.group, self.v, self.b)
 
     def scales(self) -> np.ndarray:
         """float32 [M, G]."""
-        return self.scale.reshape(self.ngroups, self.mt * TILE).T[:self.shape[0]].astype(np.float32)
+        return self.scale.reshape(self.ngroups, self.mt * self.tile).T[:self.shape[0]].astype(np.float32)
 
     def dequantize(self) -> np.ndarray:
         idx = self.unpacked_codes()  # [M, nseg, m]
@@ -181,7 +238,12 @@ class CodebookWeight(PackedWeight):
         return y
 
     def _matmul(self, acts: Activations) -> np.ndarray:
-        return self.matmul_kernel(acts.x, acts.shape[0] <= PSUM_MAX_TOKENS)
+        return self.matmul_kernel(acts.x, self.use_psum(acts.shape[0]))
+
+    def use_psum(self, n_tokens: int) -> bool:
+        """The Psumbook up to PSUM_MAX_TOKENS tokens, dequantize-then-multiply above; b == 4 always the
+        Psumbook (register tables: cheaper per token than decoding m vectors per weight)."""
+        return self.b == 4 or n_tokens <= PSUM_MAX_TOKENS
 
     def state(self):
         meta = {"format": self.format, "M": self.shape[0], "K": self.shape[1], "m": self.m, "v": self.v, "b": self.b,

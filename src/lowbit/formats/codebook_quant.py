@@ -8,8 +8,8 @@ and codebooks.
 2. Init: k-means (k-means++ seeds, Lloyd steps) on a seeded sample of the vectors for codebook 1; for m > 1
    each next codebook is k-means on the residual of the ones before (residual VQ).
 3. Refinement rounds over all vectors:
-   - codes: for m > 1, each codebook's codes are re-chosen with the others fixed (coordinate descent: AQLM's
-     beam search with a beam of 1, which never increases the error);
+   - codes: for m > 1, codebook_beam.search_codes: the exact joint optimum when nc**m <= 256 (e.g. m2 b4),
+     else AQLM's beam search (width `beam`, default 8; never increases the error);
    - codebooks: the weighted least-squares optimum for the fixed codes (all m jointly, normal equations over
      the one-hot code matrix, built with bincount).
 4. Codebooks rounded to float16, codes re-chosen for them, and each (row, group) scale refit by least squares.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowbit import _native
+from lowbit.formats.codebook_beam import assign, search_codes
 
 SAMPLE = 1 << 15  # vectors the k-means initialization runs on
 INIT_STEPS = 12
@@ -37,16 +37,6 @@ def group_rms(w: np.ndarray, group: int) -> np.ndarray:
     s = np.sqrt((wp.reshape(m, g, group) ** 2).mean(axis=2))
     s = np.maximum(s, 1e-8 + 1e-3 * s.max(initial=0.0))
     return s.astype(np.float16).astype(np.float32)
-
-
-def assign(x: np.ndarray, books: np.ndarray, wt: np.ndarray | None) -> np.ndarray:
-    """Nearest centroid of each vector (native, on the thread pool). x [N, v], books [nc <= 256, v],
-    wt [N, v] coordinate weights or None -> uint8 [N]."""
-    out = np.empty(x.shape[0], np.uint8)
-    _native.codebook_assign(np.ascontiguousarray(x, np.float32),
-                            None if wt is None else np.ascontiguousarray(wt, np.float32),
-                            np.ascontiguousarray(books.T, np.float32), out)
-    return out
 
 
 def kmeans(x: np.ndarray, wt: np.ndarray | None, nc: int, rng: np.random.Generator, steps: int = INIT_STEPS) -> np.ndarray:
@@ -120,8 +110,15 @@ def reconstruct(books: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return out
 
 
+def codes_for(x, books, idx, wt, beam):
+    """Codes [N, m] for x under books [m, nc, v] (m > 1: codebook_beam.search_codes from idx)."""
+    if books.shape[0] == 1:
+        return assign(x, books[0], wt)[:, None]
+    return search_codes(x, books, idx, wt, beam)
+
+
 def fit_codebooks(w: np.ndarray, m: int, v: int, b: int, group: int, seed: int = 0, iters: int = 4,
-                  importance: np.ndarray | None = None):
+                  importance: np.ndarray | None = None, beam: int = 8):
     """w float32 [M, K] -> (codes uint8 [M, Kp/v, m], scales float32 [M, G], codebooks float32 [m, 2^b, v]),
     scales and codebooks float16-rounded. importance: float [K] (mean x^2 per input channel) or None."""
     rows, k = w.shape
@@ -152,21 +149,18 @@ def fit_codebooks(w: np.ndarray, m: int, v: int, b: int, group: int, seed: int =
         books[i] = kmeans(resid, None if wt_assign is None else wt[sample], nc, rng)
         resid -= books[i][assign(resid, books[i], None if wt_assign is None else wt[sample]).astype(np.int64)]
     idx = np.zeros((n, m), np.uint8)
+    resid = x.copy()
+    for i in range(m):  # residual (greedy) codes: the beam search's starting point
+        idx[:, i] = assign(resid, books[i], wt_assign)
+        resid -= books[i][idx[:, i]]
+    del resid
     for it in range(iters + 1):
-        recon = reconstruct(books, idx) if m > 1 else None
-        for i in range(m):
-            target = x if m == 1 else x - (recon - books[i][idx[:, i]])
-            new = assign(target, books[i], wt_assign)
-            if m > 1:
-                recon += books[i][new] - books[i][idx[:, i]]
-            idx[:, i] = new
+        idx = codes_for(x, books, idx, wt_assign, beam)
         if it == iters:
             break
         books = update_joint(x, wt, idx, books) if m > 1 else update_single(x, wt, idx[:, 0].astype(np.int64), books[0])[None]
     books = books.astype(np.float16).astype(np.float32)
-    for i in range(m):  # codes for the stored (float16) codebooks
-        target = x if m == 1 else x - (reconstruct(books, idx) - books[i][idx[:, i]])
-        idx[:, i] = assign(target, books[i], wt_assign)
+    idx = codes_for(x, books, idx, wt_assign, beam)  # codes for the stored (float16) codebooks
     # scales: least squares per (row, group) for the final unit reconstruction
     u_hat = reconstruct(books, idx).reshape(rows, nseg * v)
     g = s.shape[1]

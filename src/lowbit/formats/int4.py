@@ -18,7 +18,8 @@ def fit_affine(wg: np.ndarray, levels: int, symmetric: bool, search: bool = True
     """
     ratios = RATIOS if search else np.array([1.0])
     best_err = best_a = best_b = best_c = None
-    lo, hi = wg.min(axis=2), wg.max(axis=2)
+    # + 0: a zero min / max is +0 whatever order the reduction met -0 and +0 in (the native one agrees)
+    lo, hi = wg.min(axis=2) + np.float32(0), wg.max(axis=2) + np.float32(0)
     amax = np.maximum(np.abs(lo), np.abs(hi))
     for r in ratios:
         if symmetric:

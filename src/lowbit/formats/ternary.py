@@ -18,6 +18,7 @@ from lowbit.formats.base import check_weight
 from lowbit.formats.intcodes import IntCodeWeight, as_source, padded_k, resolve_group
 
 EPS = 1e-5
+F16_TINY = np.float32(2.0 ** -24)  # the smallest positive float16: a stored scale is never 0 (w / a stays finite)
 METHODS = ("absmean", "mse")
 
 
@@ -88,6 +89,7 @@ def ternarize(w: np.ndarray, scale: str, group: int, kp: int, method: str = "abs
         a16 = a.astype(np.float16).astype(np.float32)
     if not np.isfinite(a16).all():
         raise ValueError("ternary: a scale exceeds float16's range (|w| up to 65504 is supported)")
+    a16 = np.maximum(a16, F16_TINY)  # a ternary-valued unit's own s below float16's range
     cols = np.arange(k) // group if a16.shape[1] > 1 else np.zeros(k, np.intp)
     t = np.clip(np.rint(w / a16[:, cols]), -1, 1)
     return t.astype(np.int8), a16, scale

@@ -15,6 +15,7 @@ from lowbit.formats.base import SourceRows
 from lowbit.formats.intcodes import ROW_BLOCK
 
 EPS = 1e-5  # ternary.EPS
+F16_TINY = np.float32(2.0 ** -24)  # ternary.F16_TINY
 
 
 def _unit_scales(sums: np.ndarray, mx: np.ndarray, mnz: np.ndarray, counts) -> np.ndarray:
@@ -51,7 +52,7 @@ def ternary_scales(src: SourceRows, scale: str, group: int, kp: int) -> tuple[np
         a16 = a.astype(np.float16).astype(np.float32)
     if not np.isfinite(a16).all():
         raise ValueError("ternary: a scale exceeds float16's range (|w| up to 65504 is supported)")
-    return np.ascontiguousarray(a16), scale
+    return np.ascontiguousarray(np.maximum(a16, F16_TINY)), scale  # as ternary.ternarize: never 0
 
 
 def ternary_pack(src: SourceRows, a16: np.ndarray, group: int, kp: int, tq1: bool) -> tuple[np.ndarray, np.ndarray]:

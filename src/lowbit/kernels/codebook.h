@@ -16,8 +16,19 @@
 //     scale: f16 [G][Mt*8]              rows past M have scale 0
 //     cbT:   f32 [m][v][nc]             coordinate-major codebooks (table build: v FMAs per 8 entries)
 //     cb:    f32 [m][nc][v]             centroid-major codebooks (the dequantize kernel's vector loads)
-// Activations: float32 x [N][Kp] (zero past K). No activation quantization: tables are float32, so the
-// Psumbook product differs from the dequantized matmul only by float rounding.
+// Activations: float32 x [N][Kp] (zero past K). For b != 4 the tables are float32, so the Psumbook product
+// differs from the dequantized matmul only by float rounding.
+//
+// b == 4 (nc = 16): the register-table layout. A table of 16 int8 psums is one xmm (broadcast to a ymm),
+// looked up for 32 rows by one vpshufb. Row tiles of 32 (Mt = ceil(M/32)); per group the P = S_g*m pairs
+// (q = s*m + i) padded to even (Pp; the pad pair has a zero table and code 0):
+//     codes: uint8 [G][Mt][Pp_g/2][32]  byte [p][j]: row j's code of pair 2p (low nibble), 2p+1 (high nibble)
+//     scale: f16 [G][Mt*32]
+// Per (token, group) the float tables are quantized with one scale d = max|T| / 127 (shared by the group's
+// tables so int lookups add exactly): Tq = round(T / d) in [-127, 127]. Per row and group the lookups add
+// in int16 (two lookups per vpmaddubsw lane: |sum| <= 254 per step; at most 128 steps = 256 pairs between
+// flushes to float, so |acc| <= 32512 < 32767), then y += s[r, grp] * d * acc. Error per output: at most
+// sum_grp |s[r, grp]| * P_grp * d_grp / 2 (each lookup is off by at most half a quantum).
 #pragma once
 #include <cstdint>
 
@@ -28,14 +39,25 @@ struct CodebookWeights {
   const uint16_t* scale;
   const float* cbT;
   const float* cb;
-  int64_t M, Kp, group, m, v, nc, Mt, G;
+  int64_t M, Kp, group, m, v, nc, Mt, G;  // Mt: tiles of tile_rows(nc) rows
+  static int64_t tile_rows(int64_t nc) { return nc == 16 ? 32 : 8; }
+  bool lut4() const { return nc == 16; }
+  int64_t tile() const { return tile_rows(nc); }
   int64_t segs_full() const { return group / v; }
   int64_t segs(int64_t grp) const {
     const int64_t end = (grp + 1) * group < Kp ? (grp + 1) * group : Kp;
     return (end - grp * group) / v;
   }
-  const uint8_t* group_codes(int64_t grp) const { return codes + grp * Mt * segs_full() * m * 8; }
-  int64_t codes_bytes() const { return Mt * (Kp / v) * m * 8; }
+  // lut4: (segment, codebook) pairs of a group, padded to even
+  int64_t pairs_padded(int64_t grp) const { return (segs(grp) * m + 1) & ~int64_t(1); }
+  int64_t pairs_padded_full() const { return (segs_full() * m + 1) & ~int64_t(1); }
+  const uint8_t* group_codes(int64_t grp) const {
+    return codes + grp * Mt * (lut4() ? pairs_padded_full() * 16 : segs_full() * m * 8);
+  }
+  int64_t codes_bytes() const {
+    if (!lut4()) return Mt * (Kp / v) * m * 8;
+    return Mt * 16 * ((G - 1) * pairs_padded_full() + pairs_padded(G - 1));
+  }
 };
 
 // One kernel call: groups [g0, g1), row tiles [t0, t1), tokens x[N][ldx]; adds into yp[N][ldy] (rows of
@@ -52,9 +74,22 @@ void codebook_dequant_scalar(const CodebookWeights&, const float*, int64_t, int6
                              int64_t, float*, int64_t, float*);
 void codebook_dequant_avx2(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
                            int64_t, float*, int64_t, float*);
+// b == 4 (lut4 layout); the kernels above call these for such weights
+void codebook_lut4_psum_scalar(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                               int64_t, float*, int64_t, float*);
+void codebook_lut4_psum_avx2(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             int64_t, float*, int64_t, float*);
+void codebook_lut4_dequant_avx2(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                int64_t, float*, int64_t, float*);
+// one token's int8 tables of group grp: Tq [pairs_padded(grp)][16], returns d (scalar reference build)
+float codebook_lut4_tables_scalar(const CodebookWeights& w, const float* xg, int64_t grp, float* tf, int8_t* Tq);
+// a 32-row tile's nibble codes [Pp/2][32] -> bytes [P][32] (code of pair q, row j at [q][j])
+void codebook_lut4_unpack(const uint8_t* tc, int64_t P, uint8_t* out);
 
-// matmul's choice (formats/codebook.py PSUM_MAX_TOKENS): the Psumbook up to this many tokens, else dequantize.
+// matmul's choice (formats/codebook.py use_psum): the Psumbook up to this many tokens, else dequantize; b == 4
+// always takes the Psumbook (its lookups cost less per token than decoding m codebook vectors per weight).
 constexpr int64_t kCodebookPsumMaxTokens = 16;
+inline bool codebook_use_psum(const CodebookWeights& w, int64_t N) { return w.lut4() || N <= kCodebookPsumMaxTokens; }
 
 // The path for the active ISA ("scalar" -> the C++ twin, any SIMD level -> AVX2). psum: the Psumbook
 // kernel, else dequantize-then-multiply. name: the path chosen.
@@ -67,5 +102,14 @@ void codebook_run(const CodebookWeights& w, const float* x, int64_t N, float* y,
 // minimum on ties), x and wt [n][v] (wt null: all ones), booksT [v][nc] with nc <= 256. On the thread pool.
 void codebook_assign(const float* x, const float* wt, const float* booksT, int64_t n, int64_t v, int64_t nc,
                      uint8_t* out);
+
+// The quantizer's code search for additive codebooks (AQLM beam search): per vector a beam of up to `beam`
+// distinct code tuples starts at codes[i] (in: the start tuple); for each codebook in turn every member's
+// code is replaced by each of the nc centroids and the best `beam` distinct tuples are kept; codes[i] (out)
+// is the best tuple. Error sum_t wt[i][t] (x[i][t] - sum_k C_k[code_k][t])^2 (wt null: all ones); it never
+// rises above the start's. x, wt [n][v], books [m][nc][v] (nc <= 256), codes [n][m]. On the thread pool;
+// deterministic (ties keep the earlier candidate).
+void codebook_beam(const float* x, const float* wt, const float* books, int64_t n, int64_t m, int64_t v, int64_t nc,
+                   int64_t beam, uint8_t* codes);
 
 }  // namespace lowbit

@@ -69,6 +69,7 @@ inline void lookup_tiles(const float* Tn, int64_t nc, const uint8_t* tc, int64_t
 
 void codebook_psum_avx2(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0, int64_t g1,
                         int64_t t0, int64_t t1, float* yp, int64_t ldy, float* T) {
+  if (w.lut4()) return codebook_lut4_psum_avx2(w, x, ldx, N, g0, g1, t0, t1, yp, ldy, T);
   const int64_t nc = w.nc;
   for (int64_t grp = g0; grp < g1; ++grp) {
     const int64_t Q = w.segs(grp) * w.m;  // (segment, codebook) pairs of this group
@@ -89,6 +90,7 @@ void codebook_psum_avx2(const CodebookWeights& w, const float* x, int64_t ldx, i
 
 void codebook_dequant_avx2(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0,
                            int64_t g1, int64_t t0, int64_t t1, float* yp, int64_t ldy, float* buf) {
+  if (w.lut4()) return codebook_lut4_dequant_avx2(w, x, ldx, N, g0, g1, t0, t1, yp, ldy, buf);
   const int64_t v = w.v, nc = w.nc, m = w.m;
   for (int64_t grp = g0; grp < g1; ++grp) {
     const int64_t S = w.segs(grp), glen = S * v, k0 = grp * w.group, Q = S * m;

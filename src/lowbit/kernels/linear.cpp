@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "act_quant.h"
 #include "dispatch.h"
 #include "thread_pool.h"
 
@@ -90,8 +91,12 @@ ActQ quantize_input(const float* x, int64_t N, int64_t K, int64_t Kp, int64_t gr
   s.q.resize(N * Kp);
   s.scale.resize(N * G);
   s.sum.resize(N * G);
-  for (int64_t t = 0; t < N; ++t)
-    k->ops.quantize_row(x + t * K, K, Kp, group, s.q.data() + t * Kp, s.scale.data() + t * G, s.sum.data() + t * G);
+  if (N >= 8) {  // prefill: rows on the pool
+    quantize_activations(x, N, K, K, Kp, group, s.q.data(), s.scale.data(), s.sum.data());
+  } else {
+    for (int64_t t = 0; t < N; ++t)
+      k->ops.quantize_row(x + t * K, K, Kp, group, s.q.data() + t * Kp, s.scale.data() + t * G, s.sum.data() + t * G);
+  }
   return ActQ{s.q.data(), s.scale.data(), s.sum.data(), N, Kp, group, G};
 }
 
@@ -121,7 +126,7 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
         for (int64_t t = 0; t < N; ++t) std::copy(x + t * L.K, x + (t + 1) * L.K, s.xf.data() + t * L.cb.Kp);
         xp = s.xf.data();
       }
-      codebook_run(L.cb, xp, N, ys[i], codebook_kernel(N <= kCodebookPsumMaxTokens, nullptr));
+      codebook_run(L.cb, xp, N, ys[i], codebook_kernel(codebook_use_psum(L.cb, N), nullptr));
       done[i] = true;
     } else if (L.kind == 3) {
       const char* path = nullptr;

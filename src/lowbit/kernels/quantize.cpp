@@ -55,6 +55,16 @@ struct QuantJob {
 // codes [64][Kp] of one row block -> its tiles: byte p of tile t in chunk ch holds rows 16t + p/4,
 // k = kc*ch + 4j + p%4 in bit field j
 void pack_block(const uint8_t* codes, int64_t Kp, int bits, uint8_t* dst) {
+  if (bits == 4) {  // 8 codes of a row (< 16 each) -> its 4 bytes of the tile: c[i] | c[i + 4] << 4 = q | q >> 28
+    for (int64_t r = 0; r < 64; ++r)
+      for (int64_t ch = 0; ch < Kp / 8; ++ch) {
+        uint64_t q;
+        std::memcpy(&q, codes + r * Kp + 8 * ch, 8);
+        const uint32_t word = (uint32_t)(q | q >> 28);
+        std::memcpy(dst + (ch * 4 + r / 16) * 64 + 4 * (r % 16), &word, 4);
+      }
+    return;
+  }
   const int per = 8 / bits;
   const int64_t kc = 4 * per, nch = Kp / kc;
   for (int64_t ch = 0; ch < nch; ++ch)
@@ -207,6 +217,26 @@ void ternary_pack(const QuantSource& src, const float* a, int64_t group, int64_t
   J.scale = scale;
   pool_run((src.M + kRows - 1) / kRows, ternary_pack_task, &J);
   if (J.bad.load()) throw std::invalid_argument("weight has NaN or Inf values");
+}
+
+namespace {
+struct Bf16Job {
+  const float* src;
+  uint16_t* dst;
+  int64_t n;
+  const QuantRowKernels* k;
+};
+constexpr int64_t kBf16Chunk = 1 << 16;
+void bf16_task(void* ctx, int64_t i) {
+  const Bf16Job& J = *static_cast<Bf16Job*>(ctx);
+  const int64_t b = i * kBf16Chunk;
+  J.k->f32_to_bf16(J.src + b, J.dst + b, std::min(kBf16Chunk, J.n - b));
+}
+}  // namespace
+
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  Bf16Job J{src, dst, n, &row_kernels()};
+  pool_run((n + kBf16Chunk - 1) / kBf16Chunk, bf16_task, &J);
 }
 
 void quantize_int(const QuantSource& src, const QuantSpec& spec, const QuantOut& out) {

@@ -1,0 +1,186 @@
+// codebook b == 4 with AVX2 (layout and error bound in codebook.h): the register-table Psumbook.
+//
+// A group's 16-entry psum tables are quantized to int8 with one scale per (token, group); per pair of
+// (segment, codebook) tables, one 32-byte load gives 32 rows' codes of both (low/high nibbles), two vpshufb
+// look up 64 psums, vpunpck{l,h}bw interleave the two lookups of each row and vpmaddubsw (x 1) adds them
+// into int16: 11 vector ops per 64 lookups, no gathers, no scalar loads.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "codebook.h"
+#include "common.h"
+
+namespace lowbit {
+namespace {
+
+// One token's tables of group grp: Tq [Pp][16] int8 (the pad pair zero); returns d = max|T| / 127.
+float build_tables_lut4(const CodebookWeights& w, const float* xg, int64_t grp, float* tf, int8_t* Tq) {
+  const int64_t S = w.segs(grp), m = w.m, v = w.v, P = S * m;
+  __m256 amax = _mm256_setzero_ps();
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t s = 0; s < S; ++s) {
+    const float* xs = xg + s * v;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* cb = w.cbT + i * v * 16;
+      __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(cb), _mm256_set1_ps(xs[0]));
+      __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(cb + 8), _mm256_set1_ps(xs[0]));
+      for (int64_t d = 1; d < v; ++d) {
+        const __m256 xd = _mm256_set1_ps(xs[d]);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(cb + d * 16), xd, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(cb + d * 16 + 8), xd, a1);
+      }
+      float* t = tf + (s * m + i) * 16;
+      _mm256_storeu_ps(t, a0);
+      _mm256_storeu_ps(t + 8, a1);
+      amax = _mm256_max_ps(amax, _mm256_max_ps(_mm256_and_ps(a0, absmask), _mm256_and_ps(a1, absmask)));
+    }
+  }
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  const float mx = _mm_cvtss_f32(h);
+  const __m256 inv = _mm256_set1_ps(mx > 0.f ? 127.f / mx : 0.f);
+  for (int64_t q = 0; q < P; ++q) {
+    const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(tf + q * 16), inv));
+    const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(tf + q * 16 + 8), inv));
+    const __m128i w0 = _mm_packs_epi32(_mm256_castsi256_si128(i0), _mm256_extracti128_si256(i0, 1));
+    const __m128i w1 = _mm_packs_epi32(_mm256_castsi256_si128(i1), _mm256_extracti128_si256(i1, 1));
+    _mm_storeu_si128((__m128i*)(Tq + q * 16), _mm_packs_epi16(w0, w1));
+  }
+  if (w.pairs_padded(grp) > P) std::memset(Tq + P * 16, 0, 16);
+  return mx / 127.f;
+}
+
+constexpr int LUT4_TILES = 2;  // row tiles per table load (4 measured no faster on Zen 3, noisy machine)
+
+// 32 rows x one token: y[r] += s[r] * d * sum_q Tq[q][code(r, q)] over Pp pairs (Pp/2 code vectors).
+// TILES row tiles share each table load (codes of tile t at tc + t * tstride).
+template <int TILES>
+inline void lookup_lut4(const uint8_t* tc, int64_t tstride, int64_t half, const int8_t* Tq, float d,
+                        const uint16_t* sc, float* dst) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi8(1);
+  __m256 f[TILES][4];
+  for (int t = 0; t < TILES; ++t)
+    for (int k = 0; k < 4; ++k) f[t][k] = _mm256_setzero_ps();
+  for (int64_t p0 = 0; p0 < half; p0 += 128) {  // <= 256 pairs per int16 accumulation (codebook.h bound)
+    const int64_t p1 = std::min(half, p0 + 128);
+    __m256i a0[TILES], a1[TILES];
+    for (int t = 0; t < TILES; ++t) a0[t] = a1[t] = _mm256_setzero_si256();
+    for (int64_t p = p0; p < p1; ++p) {
+      const __m256i ta = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(Tq + p * 32)));
+      const __m256i tb = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(Tq + p * 32 + 16)));
+#pragma GCC unroll 4
+      for (int t = 0; t < TILES; ++t) {
+        const __m256i c = _mm256_loadu_si256((const __m256i*)(tc + t * tstride + p * 32));
+        const __m256i la = _mm256_shuffle_epi8(ta, _mm256_and_si256(c, low4));
+        const __m256i lb = _mm256_shuffle_epi8(tb, _mm256_and_si256(_mm256_srli_epi16(c, 4), low4));
+        // rows 0-7 | 16-23 and 8-15 | 24-31: each int16 lane is one row's two lookups
+        a0[t] = _mm256_add_epi16(a0[t], _mm256_maddubs_epi16(ones, _mm256_unpacklo_epi8(la, lb)));
+        a1[t] = _mm256_add_epi16(a1[t], _mm256_maddubs_epi16(ones, _mm256_unpackhi_epi8(la, lb)));
+      }
+    }
+    for (int t = 0; t < TILES; ++t) {
+      f[t][0] = _mm256_add_ps(f[t][0], _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(a0[t]))));
+      f[t][1] = _mm256_add_ps(f[t][1], _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(a1[t]))));
+      f[t][2] = _mm256_add_ps(f[t][2], _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(a0[t], 1))));
+      f[t][3] = _mm256_add_ps(f[t][3], _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(a1[t], 1))));
+    }
+  }
+  const __m256 dv = _mm256_set1_ps(d);
+  for (int t = 0; t < TILES; ++t)
+    for (int k = 0; k < 4; ++k) {
+      float* o = dst + t * 32 + k * 8;
+      const __m256 s = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(sc + t * 32 + k * 8))), dv);
+      _mm256_storeu_ps(o, _mm256_fmadd_ps(s, f[t][k], _mm256_loadu_ps(o)));
+    }
+}
+
+// 8 dot products of length n (rows of buf, stride ld) with xs, added to dst[0..8)
+inline void dot8(const float* buf, int64_t ld, int64_t n, const float* xs, float* dst) {
+  __m256 acc[8];
+  for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256 xv = _mm256_loadu_ps(xs + k);
+    for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(buf + r * ld + k), xv, acc[r]);
+  }
+  const __m256 h01 = _mm256_hadd_ps(acc[0], acc[1]), h23 = _mm256_hadd_ps(acc[2], acc[3]);
+  const __m256 h45 = _mm256_hadd_ps(acc[4], acc[5]), h67 = _mm256_hadd_ps(acc[6], acc[7]);
+  const __m256 q0 = _mm256_hadd_ps(h01, h23), q1 = _mm256_hadd_ps(h45, h67);
+  alignas(32) float out[8];
+  _mm256_store_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31)));
+  for (; k < n; ++k)
+    for (int r = 0; r < 8; ++r) out[r] += buf[r * ld + k] * xs[k];
+  _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), _mm256_load_ps(out)));
+}
+
+}  // namespace
+
+void codebook_lut4_psum_avx2(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0,
+                             int64_t g1, int64_t t0, int64_t t1, float* yp, int64_t ldy, float* scratch) {
+  const int64_t ppf = w.pairs_padded_full();
+  int8_t* tabs = reinterpret_cast<int8_t*>(scratch);  // [N][ppf][16]
+  float* dn = scratch + N * ppf * 4;                   // [N]
+  float* tf = dn + N;                                  // [ppf][16]
+  for (int64_t grp = g0; grp < g1; ++grp) {
+    const int64_t Pp = w.pairs_padded(grp), half = Pp / 2, tstride = half * 32;
+    for (int64_t n = 0; n < N; ++n) dn[n] = build_tables_lut4(w, x + n * ldx + grp * w.group, grp, tf, tabs + n * ppf * 16);
+    const uint16_t* sc = w.scale + grp * w.Mt * 32;
+    const uint8_t* gc = w.group_codes(grp);
+    int64_t tile = t0;
+    // codes are read as one stream (tiles in order, then the next group): prefetch kPrefetchBytes ahead
+    const uint8_t* last = w.codes + w.codes_bytes() - 64;
+    for (; tile + LUT4_TILES <= t1; tile += LUT4_TILES) {
+      const uint8_t* here = gc + tile * tstride;
+      for (int64_t l = 0; l < LUT4_TILES * tstride; l += 64) _mm_prefetch(prefetch_target(here + l, last), _MM_HINT_T0);
+      for (int64_t n = 0; n < N; ++n)
+        lookup_lut4<LUT4_TILES>(gc + tile * tstride, tstride, half, tabs + n * ppf * 16, dn[n], sc + tile * 32, yp + n * ldy + tile * 32);
+    }
+    for (; tile < t1; ++tile)
+      for (int64_t n = 0; n < N; ++n)
+        lookup_lut4<1>(gc + tile * tstride, tstride, half, tabs + n * ppf * 16, dn[n], sc + tile * 32, yp + n * ldy + tile * 32);
+  }
+}
+
+// dequantize-then-multiply on the lut4 layout (the baseline): per 32-row tile the codes are unpacked, the
+// group's weights decoded into buf [32][glen] and multiplied with every token, 8 rows at a time.
+void codebook_lut4_dequant_avx2(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0,
+                                int64_t g1, int64_t t0, int64_t t1, float* yp, int64_t ldy, float* buf) {
+  uint8_t* codes = reinterpret_cast<uint8_t*>(buf + 32 * w.group);
+  const int64_t m = w.m, v = w.v;
+  for (int64_t grp = g0; grp < g1; ++grp) {
+    const int64_t S = w.segs(grp), glen = S * v, k0 = grp * w.group, P = S * m, Pp = w.pairs_padded(grp);
+    const uint16_t* sc = w.scale + grp * w.Mt * 32;
+    for (int64_t tile = t0; tile < t1; ++tile) {
+      codebook_lut4_unpack(w.group_codes(grp) + tile * Pp * 16, P, codes);
+      for (int r = 0; r < 32; ++r) {
+        const float s = f16_to_f32(sc[tile * 32 + r]);
+        float* row = buf + r * glen;
+        for (int64_t sg = 0; sg < S; ++sg) {
+          const uint8_t* c = codes + sg * m * 32 + r;
+          if (v == 4) {
+            __m128 a = _mm_loadu_ps(w.cb + c[0] * 4);
+            for (int64_t i = 1; i < m; ++i) a = _mm_add_ps(a, _mm_loadu_ps(w.cb + (i * 16 + c[i * 32]) * 4));
+            _mm_storeu_ps(row + sg * 4, _mm_mul_ps(a, _mm_set1_ps(s)));
+          } else if (v == 8) {
+            __m256 a = _mm256_loadu_ps(w.cb + c[0] * 8);
+            for (int64_t i = 1; i < m; ++i) a = _mm256_add_ps(a, _mm256_loadu_ps(w.cb + (i * 16 + c[i * 32]) * 8));
+            _mm256_storeu_ps(row + sg * 8, _mm256_mul_ps(a, _mm256_set1_ps(s)));
+          } else {
+            for (int64_t d = 0; d < v; ++d) {
+              float a = 0.f;
+              for (int64_t i = 0; i < m; ++i) a += w.cb[(i * 16 + c[i * 32]) * v + d];
+              row[sg * v + d] = s * a;
+            }
+          }
+        }
+      }
+      for (int64_t n = 0; n < N; ++n)
+        for (int rb = 0; rb < 32; rb += 8) dot8(buf + rb * glen, glen, glen, x + n * ldx + k0, yp + n * ldy + tile * 32 + rb);
+    }
+  }
+}
+
+}  // namespace lowbit
