@@ -100,6 +100,21 @@ def test_e2e_shape_json(capsys, head, head_bytes):
         res["pp_rounds"][0] * res["prefill_macs_per_token"] / (max(c) * 1e9))
 
 
+def test_e2e_profile(capsys):
+    args = ["bench", "e2e", "--shape", "bitnet-0.7b", "--layers", "1", "-p", "8", "-n", "4", "-r", "1", "-t", "2"]
+    assert main(args + ["--profile", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["profile"]
+    for kind, n in (("decode", 4), ("prefill", 8)):
+        row = p[kind]
+        assert row["tokens"] == n
+        parts = [row[c] for c in ("gemv", "join", "attention", "lm_head", "rest", "python")]
+        assert min(parts) >= 0 and row["gemv"] > 0 and row["lm_head"] > 0
+        assert sum(parts) == pytest.approx(row["total"], rel=1e-3)
+    assert main(args + ["--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "join waits" in out and "decode tg4" in out and "prefill pp8" in out
+
+
 def test_bad_arguments_fail_clearly(capsys):
     assert main(["bench", "gemv", "--models", "gpt5"]) == 1
     assert "unknown model shape 'gpt5'" in capsys.readouterr().err

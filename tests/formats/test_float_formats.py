@@ -34,3 +34,18 @@ def test_vector_input(rng):
     for fmt in ["f32", "bf16", "int8", "ternary"]:
         y = quantize(w, fmt).matmul(x)
         assert y.shape == (40,)
+
+
+def test_native_bf16_rounding_equals_reference(isa):
+    """f32_to_bf16_bits (native, thread pool) == the numpy reference bit for bit: random bits (NaN, Inf,
+    subnormals), exact ties, odd and empty shapes, more than one pool chunk."""
+    from lowbit.formats.floats import f32_to_bf16_bits, f32_to_bf16_bits_reference
+
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 1 << 32, 200_003, dtype=np.uint64).astype(np.uint32)
+    bits[:8] = [0x7F800000, 0xFF800000, 0x7FC00001, 0x7FFFFFFF, 0x00008000, 0x3F808000, 0x3F818000, 0x80000001]
+    for w in (bits.view(np.float32), bits[:77].view(np.float32).reshape(7, 11), np.zeros((0, 5), np.float32),
+              rng.standard_normal((3, 70001)).astype(np.float32)):
+        got, want = f32_to_bf16_bits(w), f32_to_bf16_bits_reference(w)
+        assert got.shape == want.shape and got.dtype == np.uint16
+        np.testing.assert_array_equal(got, want)

@@ -158,6 +158,13 @@ def test_analytic_k():
         choose_k(4, 4, 3, "fastest")
 
 
+def test_autotune_candidates_keep_step2_buffer_in_cache():
+    from lowbit.formats.rsr_tune import U_BYTES, candidates
+    assert max(candidates(2560, 3, 1)) == 6 and max(candidates(2560, 3, 128)) == 4  # 3^5 x 128 x 4 B > 64 KiB
+    for n in (8, 32, 128, 512):
+        assert all(3 ** k * min(n, 128) * 4 <= U_BYTES for k in candidates(2560, 3, n))
+
+
 def test_autotune_is_cached_atomically(tmp_path, monkeypatch):
     monkeypatch.setenv("LOWBIT_CACHE", str(tmp_path))
     k = autotune(96, 3, 16)

@@ -88,6 +88,23 @@ def test_stream_writer_round_trip(tmp_path):
     assert not small.fits("a-long-name-" * 10, arrays["a"])
 
 
+def test_stream_writer_fits_is_exact(tmp_path):
+    """fits() (a cached header length + the new entry) says yes exactly when the full header would fit."""
+    meta = {"format": "lowbit"}
+    rng = np.random.default_rng(0)
+    for room in (256, 1000):
+        w = SafetensorsStreamWriter(tmp_path / f"f{room}.safetensors", header_room=room)
+        for i in range(40):
+            key, arr = f"t.{i}." + "x" * int(rng.integers(0, 20)), np.zeros(int(rng.integers(1, 5000)), np.uint8)
+            full = len(w._header(meta, {key: w._entry(arr)})) <= w.room
+            assert w.fits(key, arr, meta) == full
+            if not full:
+                break
+            w.add(key, arr)
+        assert not full  # the room filled up at some point
+        w.close(meta)
+
+
 def test_writer_starts_a_new_shard_when_the_header_room_fills(tmp_path, monkeypatch):
     import lowbit.io.modeldir as md
 

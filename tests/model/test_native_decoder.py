@@ -56,45 +56,6 @@ def test_native_decode_matches_python(isa, model_type, fmt):
                                atol=tol * np.abs(ref_k).max())
 
 
-@pytest.mark.parametrize("fmt", ["f32", "int8"])  # float32 and float16 KV caches
-def test_chunked_prefill_matches_numpy_reference(isa, fmt, monkeypatch):
-    """A 150-token prompt prefilled in chunks of 64 (native attention over cache + chunk) against one
-    unchunked pass with the numpy attention: same logits at every position."""
-    from lowbit.model import llama
-
-    cfg = config("llama")
-    model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=192)
-    ids = [(13 * i + 7) % 300 for i in range(150)]
-    model.reset()
-    chunked = model.prefill(ids, all_logits=True, chunk=64)
-    assert model.cache.length == 150
-    monkeypatch.setattr(llama.Block, "prefill", llama.Block.prefill_numpy)
-    model.reset()
-    ref = model.prefill(ids, all_logits=True, chunk=len(ids))
-    tol = 1e-5 if fmt == "f32" else 5e-2  # int8: one activation may round one step apart (module doc)
-    np.testing.assert_allclose(chunked, ref, rtol=0, atol=tol * np.abs(ref).max())
-    assert (np.argmax(chunked, axis=1) == np.argmax(ref, axis=1)).mean() >= 0.97
-
-
-@pytest.mark.parametrize("fmt", ["f32", "int8"])  # float32 and float16 KV caches
-def test_native_prefill_attention_matches_numpy(isa, fmt, monkeypatch):
-    from lowbit.model import llama
-
-    cfg = config("llama")
-    model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=64)
-    ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
-    model.reset()
-    model.prefill(ids[:4])
-    native = model.prefill(ids[4:], all_logits=True)  # attends to cached and new positions
-    monkeypatch.setattr(llama.Block, "prefill", llama.Block.prefill_numpy)
-    model.reset()
-    model.prefill(ids[:4])
-    ref = model.prefill(ids[4:], all_logits=True)
-    tol = 1e-5 if fmt == "f32" else 5e-2  # int8: one activation may round one step apart (see above)
-    np.testing.assert_allclose(native, ref, rtol=0, atol=tol * np.abs(ref).max())
-    assert (np.argmax(native, axis=1) == np.argmax(ref, axis=1)).all()
-
-
 FAMILY_EXTRAS = {  # config overrides that switch on each family's ops in the native step
     "qwen2": {},  # q/k/v biases
     "qwen3": {"head_dim": 48},  # per-head q/k norms

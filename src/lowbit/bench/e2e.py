@@ -199,6 +199,9 @@ def add_parser(bsub) -> None:
     e.add_argument("-p", "--prompt-tokens", type=int, default=128, help="prompt length (default 128)")
     e.add_argument("-n", "--gen-tokens", type=int, default=64, help="generated tokens (default 64)")
     e.add_argument("-r", "--repeats", type=int, default=3, help="timed repeats after one warm-up (default 3)")
+    e.add_argument("--profile", action="store_true",
+                   help="then, in a separate run with the native timers on: per decode and per prefill token, "
+                        "time in the GEMVs, join waits, attention, the lm_head, the rest and the Python around it")
     e.add_argument("--json", action="store_true", help="print JSON")
     e.set_defaults(func=main)
 
@@ -219,11 +222,19 @@ def main(args) -> int:
         model = llm.model
         label = str(args.model or "default model")
     res = bench(model, threads, args.prompt_tokens, args.gen_tokens, args.repeats, label)
+    if args.profile:
+        from lowbit.model.profile import step_profile
+
+        res["profile"] = step_profile(model, args.prompt_tokens, args.gen_tokens, repeats=max(1, args.repeats - 1))
     if args.json:
         json.dump(res, sys.stdout, indent=1)
         print()
     else:
         print_result(res)
+        if args.profile:
+            from lowbit.model.profile import format_profile
+
+            print(format_profile(res["profile"]))
     return 0
 
 

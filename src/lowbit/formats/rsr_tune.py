@@ -90,9 +90,18 @@ def time_k(k_dim: int, base: int, k: int, n_tokens: int, rows: int | None = None
     return best / rows
 
 
-def candidates(k_dim: int, base: int) -> list[int]:
-    """k around the analytic optima, within 2 <= b^k <= 4096 segments and at least ~2 rows per segment."""
-    ks = [k for k in range(1, 13) if 2 <= base ** k <= 4096 and base ** k <= max(2, k_dim // 2)]
+U_BYTES = 64 << 10  # largest step-2 buffer u [b^k][token tile] of int32 worth timing (see candidates)
+TILE_I8 = 128  # kRsrTileI8 in kernels/rsr.h: the int8 kernel's token tile (16-token steps below it)
+
+
+def candidates(k_dim: int, base: int, n_tokens: int = 1) -> list[int]:
+    """k around the analytic optima, within 2 <= b^k <= 4096 segments and at least ~2 rows per segment.
+    With a token tile, u [b^k][tile] int32 must stay within U_BYTES: past it step 2's folds run from L2 and
+    cost as much as step 1 (128 tokens, ternary: k = 4, 41 KB: 1.3 ps per weight-token; k = 5, 124 KB:
+    6.4 ps), so a noisy timing must not pick it."""
+    tile = 1 if n_tokens == 1 else min(TILE_I8, n_tokens)
+    ks = [k for k in range(1, 13) if 2 <= base ** k <= 4096 and base ** k <= max(2, k_dim // 2)
+          and (tile == 1 or base ** k * tile * 4 <= U_BYTES)]
     return ks or [1]
 
 
@@ -104,7 +113,7 @@ def autotune(k_dim: int, base: int = 3, n_tokens: int = 128, refresh: bool = Fal
         if hit and isinstance(hit.get("k"), int):
             return hit["k"]
     t0 = time.perf_counter()
-    times = {k: time_k(k_dim, base, k, n_tokens) for k in candidates(k_dim, base)}
+    times = {k: time_k(k_dim, base, k, n_tokens) for k in candidates(k_dim, base, n_tokens)}
     best = min(times, key=times.get)
     _store(path, key, {"k": best, "ns_per_row": {str(k): round(v * 1e9, 1) for k, v in times.items()},
                        "tuned_s": round(time.perf_counter() - t0, 2)})

@@ -176,6 +176,7 @@ class SafetensorsStreamWriter:
         self.room = int(header_room) // 8 * 8  # data starts 8-byte aligned
         self.entries: dict[str, dict] = {}
         self.offset = 0
+        self._header_len = self._header_meta = None  # fits()' cache
         self._f = open(self.path, "wb")
         self._f.write(b"\0" * (8 + self.room))
 
@@ -190,13 +191,18 @@ class SafetensorsStreamWriter:
         return json.dumps(h, separators=(",", ":")).encode()
 
     def fits(self, key: str, arr: np.ndarray, metadata=None) -> bool:
-        return len(self._header(metadata, {key: self._entry(arr)})) <= self.room
+        # the header so far (cached until the next add) + "," + '"key":{entry}': linear, not quadratic, in entries
+        if self._header_len is None or self._header_meta is not metadata:
+            self._header_len, self._header_meta = len(self._header(metadata)), metadata
+        entry = json.dumps({key: self._entry(arr)}, separators=(",", ":"))[1:-1].encode()
+        return self._header_len + 1 + len(entry) <= self.room
 
     def add(self, key: str, arr: np.ndarray, dtype: str | None = None) -> None:
         if key in self.entries:
             raise ValueError(f"{self.path}: array {key!r} written twice")
         arr = np.ascontiguousarray(arr)
         self.entries[key] = self._entry(arr, dtype)
+        self._header_len = None
         self._f.write(memoryview(arr.reshape(-1).view(np.uint8)))
         self.offset += arr.nbytes
 

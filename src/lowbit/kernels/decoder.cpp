@@ -1,5 +1,7 @@
 #include "decoder.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "dispatch.h"
@@ -8,17 +10,7 @@
 namespace lowbit {
 
 Decoder::Decoder(const DecoderShape& shape, const float* rope_c, const float* rope_s)
-    : s_(shape), C_(rope_c), S_(rope_s) {
-  xn_.resize(s_.hidden);
-  q_.resize(s_.n_heads * s_.hd);
-  k_.resize(s_.n_kv * s_.hd);
-  v_.resize(s_.n_kv * s_.hd);
-  att_.resize(s_.n_heads * s_.hd);
-  g_.resize(s_.inter);
-  u_.resize(s_.inter);
-  tmp_.resize(s_.hidden);
-  scores_.resize(s_.n_heads * s_.max_ctx);
-}
+    : s_(shape), C_(rope_c), S_(rope_s) {}
 
 namespace {
 
@@ -35,39 +27,28 @@ void rope(float* x, int64_t heads, int64_t hd, const float* C, const float* S) {
   }
 }
 
-struct AttnCtx {
-  const Decoder* dec;
-  const float* q;
-  const void *kc, *vc;
-  float *out, *scores;
-  int64_t start, t, hd, group, max_ctx;  // positions [start, t)
-  float softcap;
-  bool f16;
-  const OpsTable* ops;
-};
-
-void attn_task(void* p, int64_t h) {
-  const AttnCtx& c = *static_cast<const AttnCtx*>(p);
-  const int64_t off = ((h / c.group) * c.max_ctx + c.start) * c.hd, n = c.t - c.start;
-  if (c.f16)
-    c.ops->attn_head_f16(c.q + h * c.hd, static_cast<const uint16_t*>(c.kc) + off,
-                         static_cast<const uint16_t*>(c.vc) + off, n, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd,
-                         c.softcap);
-  else
-    c.ops->attn_head(c.q + h * c.hd, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off,
-                     n, c.hd, c.scores + h * c.max_ctx, c.out + h * c.hd, c.softcap);
-}
-
 // RMSNorm of each of `heads` vectors of hd in place (Qwen 3's q/k norms).
 void norm_heads(const OpsTable& ops, float* x, int64_t heads, int64_t hd, const float* w, float eps) {
   for (int64_t i = 0; i < heads; ++i) ops.rmsnorm(x + i * hd, w, hd, eps, x + i * hd);
 }
 
-// Attention of B sequences' new tokens, task = b * heads + h; sequence b reads its slot up to pos[b].
-struct BatchAttnCtx {
-  const float* q;  // [B][heads*hd]
+// fn(r) for every row r in [0, R): on the pool when there are enough rows to pay for the fork/join.
+template <typename F>
+void for_rows(int64_t R, F&& fn) {
+  if (R < 8) {
+    for (int64_t r = 0; r < R; ++r) fn(r);
+    return;
+  }
+  pool_run(R, [](void* p, int64_t r) { (*static_cast<F*>(p))(r); }, &fn);
+}
+
+// Attention of row r's query over its slot, task = r * heads + h: positions [start, pos[r]] where start
+// cuts the sliding window. Every row's K/V are in the cache before this runs, so rows of one prefill
+// chunk see each other causally.
+struct AttnCtx {
+  const float* q;       // [R][heads*hd], RoPE'd and scaled
   const void *kc, *vc;  // slot 0 of this layer
-  float* out;  // [B][heads*hd]
+  float* out;           // [R][heads*hd]
   const int64_t *pos, *slot;
   int64_t heads, hd, group, max_ctx, slot_stride, window;  // window > 0: the last `window` positions only
   float softcap;
@@ -75,15 +56,15 @@ struct BatchAttnCtx {
   const OpsTable* ops;
 };
 
-void batch_attn_task(void* p, int64_t task) {
-  const BatchAttnCtx& c = *static_cast<const BatchAttnCtx*>(p);
+void attn_task(void* p, int64_t task) {
+  const AttnCtx& c = *static_cast<const AttnCtx*>(p);
   thread_local std::vector<float> scores;
-  const int64_t b = task / c.heads, h = task % c.heads, t = c.pos[b] + 1;
+  const int64_t r = task / c.heads, h = task % c.heads, t = c.pos[r] + 1;
   const int64_t start = c.window > 0 && t > c.window ? t - c.window : 0, n = t - start;
   if ((int64_t)scores.size() < n) scores.resize(n);
-  const int64_t off = c.slot[b] * c.slot_stride + ((h / c.group) * c.max_ctx + start) * c.hd;
-  const float* q = c.q + (b * c.heads + h) * c.hd;
-  float* o = c.out + (b * c.heads + h) * c.hd;
+  const int64_t off = c.slot[r] * c.slot_stride + ((h / c.group) * c.max_ctx + start) * c.hd;
+  const float* q = c.q + (r * c.heads + h) * c.hd;
+  float* o = c.out + (r * c.heads + h) * c.hd;
   if (c.f16)
     c.ops->attn_head_f16(q, static_cast<const uint16_t*>(c.kc) + off, static_cast<const uint16_t*>(c.vc) + off, n,
                          c.hd, scores.data(), o, c.softcap);
@@ -92,157 +73,166 @@ void batch_attn_task(void* p, int64_t task) {
                      scores.data(), o, c.softcap);
 }
 
+// Laps of a profiled step: lap(cat) gives the time since the last lap to `cat`, less the pool's join
+// idle time inside it, which goes to kProfJoin. Does nothing when profiling is off.
+struct Laps {
+  StepProfile* p;  // null: off
+  uint64_t mark = 0, idle = 0;
+  explicit Laps(StepProfile* prof) : p(prof) {
+    if (p) {
+      mark = cycle_ticks();
+      idle = pool_join_idle_ticks();
+    }
+  }
+  void lap(ProfCat cat) {
+    if (!p) return;
+    const uint64_t now = cycle_ticks(), id = pool_join_idle_ticks();
+    const uint64_t wall = now - mark, join = std::min(id - idle, wall);
+    p->ticks[kProfJoin] += join;
+    p->ticks[cat] += wall - join;
+    p->total_ticks += wall;
+    mark = now;
+    idle = id;
+  }
+};
+
 }  // namespace
 
-void Decoder::attention(const DecoderLayer& L, int64_t t) {
-  const int64_t start = L.window > 0 && t > L.window ? t - L.window : 0;
-  AttnCtx c{this, q_.data(), L.kc, L.vc, att_.data(), scores_.data(), start, t, s_.hd, s_.n_heads / s_.n_kv,
-            s_.max_ctx, s_.softcap, s_.kv_f16, &active_kernels().ops};
-  pool_run(s_.n_heads, attn_task, &c);
+void Decoder::set_profile(bool on) {
+  prof_on_ = on;
+  for (StepProfile& p : prof_) p = StepProfile{};
+  pool_profile_join(on);
 }
 
 void Decoder::decode(float* x, int64_t pos, float* logits) {
-  const OpsTable& ops = active_kernels().ops;
-  const int64_t H = s_.hidden, hd = s_.hd;
-  const float* C = C_ + pos * hd;
-  const float* S = S_ + pos * hd;
-  const float qscale = s_.qscale > 0.f ? s_.qscale : 1.f / std::sqrt((float)hd);
-  for (const DecoderLayer& L : layers_) {
-    // attention
-    ops.rmsnorm(x, L.ln1, H, s_.eps, xn_.data());
-    {
-      const LinearRef* lins[3] = {&L.q, &L.k, &L.v};
-      float* ys[3] = {q_.data(), k_.data(), v_.data()};
-      run_linears(lins, ys, 3, xn_.data(), 1, act_);
-    }
-    if (L.q_norm) norm_heads(ops, q_.data(), s_.n_heads, hd, L.q_norm, s_.eps);
-    if (L.k_norm) norm_heads(ops, k_.data(), s_.n_kv, hd, L.k_norm, s_.eps);
-    rope(q_.data(), s_.n_heads, hd, C, S);
-    rope(k_.data(), s_.n_kv, hd, C, S);
-    for (float& v : q_) v *= qscale;
-    for (int64_t h = 0; h < s_.n_kv; ++h) {
-      const int64_t at = (h * s_.max_ctx + pos) * hd;
-      if (s_.kv_f16) {
-        ops.f32_to_f16_row(k_.data() + h * hd, static_cast<uint16_t*>(L.kc) + at, hd);
-        ops.f32_to_f16_row(v_.data() + h * hd, static_cast<uint16_t*>(L.vc) + at, hd);
-      } else {
-        std::copy(k_.data() + h * hd, k_.data() + (h + 1) * hd, static_cast<float*>(L.kc) + at);
-        std::copy(v_.data() + h * hd, v_.data() + (h + 1) * hd, static_cast<float*>(L.vc) + at);
-      }
-    }
-    attention(L, pos + 1);
-    if (L.attn_sub) ops.rmsnorm(att_.data(), L.attn_sub, (int64_t)att_.size(), s_.eps, att_.data());
-    {
-      const LinearRef* lins[1] = {&L.o};
-      float* ys[1] = {tmp_.data()};
-      run_linears(lins, ys, 1, att_.data(), 1, act_);
-    }
-    if (L.post_attn) ops.rmsnorm(tmp_.data(), L.post_attn, H, s_.eps, tmp_.data());
-    for (int64_t i = 0; i < H; ++i) x[i] += tmp_[i];
-    // MLP
-    ops.rmsnorm(x, L.ln2, H, s_.eps, xn_.data());
-    {
-      const LinearRef* lins[2] = {&L.gate, &L.up};
-      float* ys[2] = {g_.data(), u_.data()};
-      run_linears(lins, ys, 2, xn_.data(), 1, act_);
-    }
-    ops.act_mul(g_.data(), u_.data(), s_.inter, s_.act);
-    if (L.ffn_sub) ops.rmsnorm(g_.data(), L.ffn_sub, s_.inter, s_.eps, g_.data());
-    {
-      const LinearRef* lins[1] = {&L.down};
-      float* ys[1] = {tmp_.data()};
-      run_linears(lins, ys, 1, g_.data(), 1, act_);
-    }
-    if (L.post_ffn) ops.rmsnorm(tmp_.data(), L.post_ffn, H, s_.eps, tmp_.data());
-    for (int64_t i = 0; i < H; ++i) x[i] += tmp_[i];
-  }
-  ops.rmsnorm(x, norm_, H, s_.eps, xn_.data());
-  const LinearRef* lins[1] = {&head_};
-  float* ys[1] = {logits};
-  run_linears(lins, ys, 1, xn_.data(), 1, act_);
+  const int64_t slot = 0;
+  step(x, 1, &pos, &slot, logits, 0, kStepDecode);
+}
+
+void Decoder::forward(float* x, int64_t N, int64_t pos, int64_t slot, float* logits, Logits which) {
+  pos_.resize(N);
+  slot_.assign(N, slot);
+  for (int64_t i = 0; i < N; ++i) pos_[i] = pos + i;
+  const int64_t first = which == kAllLogits ? 0 : which == kLastLogits ? N - 1 : N;
+  step(x, N, pos_.data(), slot_.data(), logits, first, N == 1 ? kStepDecode : kStepPrefill);
 }
 
 void Decoder::decode_batch(float* x, int64_t B, const int64_t* pos, const int64_t* slot, float* logits) {
+  step(x, B, pos, slot, logits, 0, kStepBatch);
+}
+
+void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot, float* logits, int64_t first_logit,
+                   StepKind kind) {
   const OpsTable& ops = active_kernels().ops;
   const int64_t H = s_.hidden, hd = s_.hd, QD = s_.n_heads * hd, KD = s_.n_kv * hd, F = s_.inter;
   const float qscale = s_.qscale > 0.f ? s_.qscale : 1.f / std::sqrt((float)hd);
-  bxn_.resize(B * H);
-  bq_.resize(B * QD);
-  bk_.resize(B * KD);
-  bv_.resize(B * KD);
-  batt_.resize(B * QD);
-  bg_.resize(B * F);
-  bu_.resize(B * F);
-  btmp_.resize(B * H);
+  const auto wall0 = prof_on_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  Laps laps(prof_on_ ? &prof_[kind] : nullptr);
+  xn_.resize(R * H);
+  q_.resize(R * QD);
+  k_.resize(R * KD);
+  v_.resize(R * KD);
+  att_.resize(R * QD);
+  g_.resize(R * F);
+  u_.resize(R * F);
+  tmp_.resize(R * H);
+  float *xn = xn_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(), *att = att_.data(), *g = g_.data(),
+        *u = u_.data(), *tmp = tmp_.data();
+  const float eps = s_.eps;
+  // tmp [R][H] -> optional post-norm -> x += tmp
+  auto residual = [&](const float* post) {
+    for_rows(R, [&](int64_t r) {
+      float* t = tmp + r * H;
+      if (post) ops.rmsnorm(t, post, H, eps, t);
+      float* xr = x + r * H;
+      for (int64_t i = 0; i < H; ++i) xr[i] += t[i];
+    });
+  };
   for (const DecoderLayer& L : layers_) {
-    // attention: Q/K/V of all B rows in one GEMM, then RoPE and the cache write per sequence
-    for (int64_t b = 0; b < B; ++b) ops.rmsnorm(x + b * H, L.ln1, H, s_.eps, bxn_.data() + b * H);
+    // attention: Q/K/V of all rows in one GEMM, then q/k norms, RoPE and the cache write per row
+    for_rows(R, [&](int64_t r) { ops.rmsnorm(x + r * H, L.ln1, H, eps, xn + r * H); });
+    laps.lap(kProfRest);
     {
       const LinearRef* lins[3] = {&L.q, &L.k, &L.v};
-      float* ys[3] = {bq_.data(), bk_.data(), bv_.data()};
-      run_linears(lins, ys, 3, bxn_.data(), B, act_);
+      float* ys[3] = {q, k, v};
+      run_linears(lins, ys, 3, xn, R, act_);
     }
-    for (int64_t b = 0; b < B; ++b) {
-      const float* C = C_ + pos[b] * hd;
-      const float* S = S_ + pos[b] * hd;
-      float* q = bq_.data() + b * QD;
-      float* k = bk_.data() + b * KD;
-      float* v = bv_.data() + b * KD;
-      if (L.q_norm) norm_heads(ops, q, s_.n_heads, hd, L.q_norm, s_.eps);
-      if (L.k_norm) norm_heads(ops, k, s_.n_kv, hd, L.k_norm, s_.eps);
-      rope(q, s_.n_heads, hd, C, S);
-      rope(k, s_.n_kv, hd, C, S);
-      for (int64_t i = 0; i < QD; ++i) q[i] *= qscale;
+    laps.lap(kProfGemv);
+    for_rows(R, [&](int64_t r) {
+      const float* C = C_ + pos[r] * hd;
+      const float* S = S_ + pos[r] * hd;
+      float* qr = q + r * QD;
+      float* kr = k + r * KD;
+      const float* vr = v + r * KD;
+      if (L.q_norm) norm_heads(ops, qr, s_.n_heads, hd, L.q_norm, eps);
+      if (L.k_norm) norm_heads(ops, kr, s_.n_kv, hd, L.k_norm, eps);
+      rope(qr, s_.n_heads, hd, C, S);
+      rope(kr, s_.n_kv, hd, C, S);
+      for (int64_t i = 0; i < QD; ++i) qr[i] *= qscale;
       for (int64_t h = 0; h < s_.n_kv; ++h) {
-        const int64_t at = slot[b] * slot_stride_ + (h * s_.max_ctx + pos[b]) * hd;
+        const int64_t at = slot[r] * slot_stride_ + (h * s_.max_ctx + pos[r]) * hd;
         if (s_.kv_f16) {
-          ops.f32_to_f16_row(k + h * hd, static_cast<uint16_t*>(L.kc) + at, hd);
-          ops.f32_to_f16_row(v + h * hd, static_cast<uint16_t*>(L.vc) + at, hd);
+          ops.f32_to_f16_row(kr + h * hd, static_cast<uint16_t*>(L.kc) + at, hd);
+          ops.f32_to_f16_row(vr + h * hd, static_cast<uint16_t*>(L.vc) + at, hd);
         } else {
-          std::copy(k + h * hd, k + (h + 1) * hd, static_cast<float*>(L.kc) + at);
-          std::copy(v + h * hd, v + (h + 1) * hd, static_cast<float*>(L.vc) + at);
+          std::copy(kr + h * hd, kr + (h + 1) * hd, static_cast<float*>(L.kc) + at);
+          std::copy(vr + h * hd, vr + (h + 1) * hd, static_cast<float*>(L.vc) + at);
         }
       }
-    }
+    });
+    laps.lap(kProfRest);
     {
-      BatchAttnCtx c{bq_.data(), L.kc, L.vc, batt_.data(), pos, slot, s_.n_heads, hd, s_.n_heads / s_.n_kv,
-                     s_.max_ctx, slot_stride_, L.window, s_.softcap, s_.kv_f16, &ops};
-      pool_run(B * s_.n_heads, batch_attn_task, &c);
+      AttnCtx c{q, L.kc, L.vc, att, pos, slot, s_.n_heads, hd, s_.n_heads / s_.n_kv,
+                s_.max_ctx, slot_stride_, L.window, s_.softcap, s_.kv_f16, &ops};
+      pool_run(R * s_.n_heads, attn_task, &c);
     }
-    if (L.attn_sub)
-      for (int64_t b = 0; b < B; ++b) ops.rmsnorm(batt_.data() + b * QD, L.attn_sub, QD, s_.eps, batt_.data() + b * QD);
+    laps.lap(kProfAttn);
+    if (L.attn_sub) for_rows(R, [&](int64_t r) { ops.rmsnorm(att + r * QD, L.attn_sub, QD, eps, att + r * QD); });
+    laps.lap(kProfRest);
     {
       const LinearRef* lins[1] = {&L.o};
-      float* ys[1] = {btmp_.data()};
-      run_linears(lins, ys, 1, batt_.data(), B, act_);
+      float* ys[1] = {tmp};
+      run_linears(lins, ys, 1, att, R, act_);
     }
-    if (L.post_attn)
-      for (int64_t b = 0; b < B; ++b) ops.rmsnorm(btmp_.data() + b * H, L.post_attn, H, s_.eps, btmp_.data() + b * H);
-    for (int64_t i = 0; i < B * H; ++i) x[i] += btmp_[i];
+    laps.lap(kProfGemv);
+    residual(L.post_attn);
     // MLP
-    for (int64_t b = 0; b < B; ++b) ops.rmsnorm(x + b * H, L.ln2, H, s_.eps, bxn_.data() + b * H);
+    for_rows(R, [&](int64_t r) { ops.rmsnorm(x + r * H, L.ln2, H, eps, xn + r * H); });
+    laps.lap(kProfRest);
     {
       const LinearRef* lins[2] = {&L.gate, &L.up};
-      float* ys[2] = {bg_.data(), bu_.data()};
-      run_linears(lins, ys, 2, bxn_.data(), B, act_);
+      float* ys[2] = {g, u};
+      run_linears(lins, ys, 2, xn, R, act_);
     }
-    for (int64_t b = 0; b < B; ++b) {
-      ops.act_mul(bg_.data() + b * F, bu_.data() + b * F, F, s_.act);
-      if (L.ffn_sub) ops.rmsnorm(bg_.data() + b * F, L.ffn_sub, F, s_.eps, bg_.data() + b * F);
-    }
+    laps.lap(kProfGemv);
+    for_rows(R, [&](int64_t r) {
+      ops.act_mul(g + r * F, u + r * F, F, s_.act);
+      if (L.ffn_sub) ops.rmsnorm(g + r * F, L.ffn_sub, F, eps, g + r * F);
+    });
+    laps.lap(kProfRest);
     {
       const LinearRef* lins[1] = {&L.down};
-      float* ys[1] = {btmp_.data()};
-      run_linears(lins, ys, 1, bg_.data(), B, act_);
+      float* ys[1] = {tmp};
+      run_linears(lins, ys, 1, g, R, act_);
     }
-    if (L.post_ffn)
-      for (int64_t b = 0; b < B; ++b) ops.rmsnorm(btmp_.data() + b * H, L.post_ffn, H, s_.eps, btmp_.data() + b * H);
-    for (int64_t i = 0; i < B * H; ++i) x[i] += btmp_[i];
+    laps.lap(kProfGemv);
+    residual(L.post_ffn);
   }
-  for (int64_t b = 0; b < B; ++b) ops.rmsnorm(x + b * H, norm_, H, s_.eps, bxn_.data() + b * H);
-  const LinearRef* lins[1] = {&head_};
-  float* ys[1] = {logits};
-  run_linears(lins, ys, 1, bxn_.data(), B, act_);
+  const int64_t NL = R - first_logit;  // rows that need logits
+  if (NL > 0) {
+    for_rows(NL, [&](int64_t r) { ops.rmsnorm(x + (first_logit + r) * H, norm_, H, eps, xn + r * H); });
+    laps.lap(kProfRest);
+    const LinearRef* lins[1] = {&head_};
+    float* ys[1] = {logits};
+    run_linears(lins, ys, 1, xn, NL, act_);
+    laps.lap(kProfHead);
+  }
+  if (prof_on_) {
+    StepProfile& p = prof_[kind];
+    p.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    p.steps += 1;
+    p.tokens += R;
+  }
 }
 
 }  // namespace lowbit

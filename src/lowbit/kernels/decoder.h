@@ -1,8 +1,12 @@
-// The decode step of a llama-family decoder (BitNet as flags) in C++: one call per token runs every
-// layer — RMSNorm, Q/K/V (one pool run), RoPE, the static KV cache, attention (heads on the pool),
-// o_proj, gate/up (one pool run), SiLU or squared ReLU, down_proj — and the lm_head, so the Python
-// overhead per token is one call. The Python model (lowbit.model.llama) is the reference it is tested
-// against, and keeps prefill.
+// The forward pass of a llama-family decoder (BitNet as flags, family extras as options) in C++: one call
+// runs every layer over R token rows — RMSNorm, Q/K/V (one pool run), RoPE, the static KV cache writes,
+// causal attention (rows x heads on the pool, sliding window and soft-cap included), o_proj, gate/up (one
+// pool run), SiLU / squared ReLU / GELU, down_proj — and the lm_head. The rows are N consecutive tokens of
+// one sequence (prefill: forward), one token (decode), or one token of each of B sequences (decode_batch:
+// continuous batching), all through the same step: the projections run as GEMMs over the R rows (GEMVs for
+// R = 1), and attention of row r reads its own slot up to its own position, so a prefill chunk is causal
+// because every row's K/V are written before attention runs. The Python model (lowbit.model.llama) keeps a
+// numpy twin of this block as the test oracle.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -36,6 +40,19 @@ struct DecoderShape {
   float softcap = 0.f;  // attention logit soft-cap (Gemma 2); 0: none
 };
 
+// Where a step's time goes (Decoder::set_profile). Off by default, and then nothing is timed; when on,
+// each stretch of a step adds its ticks (TSC) to one category, and the pool's idle time at the join of
+// every pool run inside the stretch (the mean over threads of the time from a thread's last task to the
+// end of the run) goes to kJoin instead, so the categories add up to the step's wall time.
+enum ProfCat : int { kProfGemv, kProfJoin, kProfAttn, kProfHead, kProfRest, kProfCats };
+enum StepKind : int { kStepDecode, kStepPrefill, kStepBatch, kStepKinds };
+struct StepProfile {
+  uint64_t ticks[kProfCats] = {};
+  uint64_t total_ticks = 0;  // sum of the categories
+  double seconds = 0;        // the same steps' wall time by steady_clock (converts ticks to seconds)
+  int64_t steps = 0, tokens = 0;
+};
+
 class Decoder {
  public:
   Decoder(const DecoderShape& shape, const float* rope_c, const float* rope_s);
@@ -43,23 +60,33 @@ class Decoder {
   DecoderLayer& layer(size_t i) { return layers_.at(i); }
   void set_attention(float qscale, float softcap) { s_.qscale = qscale; s_.softcap = softcap; }
   void set_output(const float* norm, const LinearRef& head) { norm_ = norm; head_ = head; }
-  // x: [hidden] embedding of the token at `pos` (overwritten: the residual stream); logits: [vocab].
+  // One token. x: [hidden] embedding of the token at `pos` (overwritten: the residual stream); logits: [vocab].
   void decode(float* x, int64_t pos, float* logits);
+  // N consecutive tokens of the sequence in `slot`, at positions pos..pos+N-1 (prefill; the caller chunks
+  // long prompts). x: [N][hidden] embeddings (overwritten); logits: [N][vocab] (kAllLogits), [vocab] of the
+  // last token (kLastLogits), or none (kNoLogits: a prompt chunk that is not the last; may be null).
+  enum Logits : int { kNoLogits = 0, kLastLogits = 1, kAllLogits = 2 };
+  void forward(float* x, int64_t N, int64_t pos, int64_t slot, float* logits, Logits which);
   // The batched step (continuous batching): B tokens of B sequences, each at its own position and in its
   // own slot of a multi-slot cache whose slot 0 the layers' kc/vc point at (slot s starts slot_stride
-  // elements later). The projections run as one GEMM over the B rows; attention is per sequence.
-  // x: [B][hidden] embeddings (overwritten); pos, slot: [B]; logits: [B][vocab].
+  // elements later). x: [B][hidden] embeddings (overwritten); pos, slot: [B]; logits: [B][vocab].
+  void decode_batch(float* x, int64_t B, const int64_t* pos, const int64_t* slot, float* logits);
   void set_slots(int64_t n_slots, int64_t slot_stride) { n_slots_ = n_slots; slot_stride_ = slot_stride; }
   int64_t n_slots() const { return n_slots_; }
   int64_t vocab() const { return head_.M; }
-  void decode_batch(float* x, int64_t B, const int64_t* pos, const int64_t* slot, float* logits);
   const DecoderShape& shape() const { return s_; }
   bool has_output() const { return norm_ != nullptr; }
   const std::vector<DecoderLayer>& layers() const { return layers_; }
   size_t n_layers() const { return layers_.size(); }
+  // Profiling: on (and the counters reset) or off; the counters per kind of step.
+  void set_profile(bool on);
+  bool profiling() const { return prof_on_; }
+  const StepProfile& profile(StepKind k) const { return prof_[k]; }
 
  private:
-  void attention(const DecoderLayer& L, int64_t t);  // over positions [t - window, t) (or [0, t))
+  // The one step: R rows, row r at position pos[r] of slot slot[r]; logits of rows [first_logit, R).
+  void step(float* x, int64_t R, const int64_t* pos, const int64_t* slot, float* logits, int64_t first_logit,
+            StepKind kind);
 
   DecoderShape s_;
   const float* C_;  // RoPE [max_ctx][hd]: x*C + swap_halves(x)*S
@@ -67,10 +94,12 @@ class Decoder {
   std::vector<DecoderLayer> layers_;
   const float* norm_ = nullptr;
   LinearRef head_;
-  std::vector<float> xn_, q_, k_, v_, att_, g_, u_, tmp_, scores_;
   ActScratch act_;
   int64_t n_slots_ = 1, slot_stride_ = 0;
-  std::vector<float> bxn_, bq_, bk_, bv_, batt_, bg_, bu_, btmp_;  // decode_batch scratch, [B][...]
+  std::vector<float> xn_, q_, k_, v_, att_, g_, u_, tmp_;  // step scratch, [R][...]
+  std::vector<int64_t> pos_, slot_;                        // forward's positions and slots, [N]
+  bool prof_on_ = false;
+  StepProfile prof_[kStepKinds];
 };
 
 }  // namespace lowbit

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "act_quant.h"
 #include "dispatch.h"
 #include "thread_pool.h"
 
@@ -90,8 +91,12 @@ ActQ quantize_input(const float* x, int64_t N, int64_t K, int64_t Kp, int64_t gr
   s.q.resize(N * Kp);
   s.scale.resize(N * G);
   s.sum.resize(N * G);
-  for (int64_t t = 0; t < N; ++t)
-    k->ops.quantize_row(x + t * K, K, Kp, group, s.q.data() + t * Kp, s.scale.data() + t * G, s.sum.data() + t * G);
+  if (N >= 8) {  // prefill: rows on the pool
+    quantize_activations(x, N, K, K, Kp, group, s.q.data(), s.scale.data(), s.sum.data());
+  } else {
+    for (int64_t t = 0; t < N; ++t)
+      k->ops.quantize_row(x + t * K, K, Kp, group, s.q.data() + t * Kp, s.scale.data() + t * G, s.sum.data() + t * G);
+  }
   return ActQ{s.q.data(), s.scale.data(), s.sum.data(), N, Kp, group, G};
 }
 

@@ -219,6 +219,26 @@ void ternary_pack(const QuantSource& src, const float* a, int64_t group, int64_t
   if (J.bad.load()) throw std::invalid_argument("weight has NaN or Inf values");
 }
 
+namespace {
+struct Bf16Job {
+  const float* src;
+  uint16_t* dst;
+  int64_t n;
+  const QuantRowKernels* k;
+};
+constexpr int64_t kBf16Chunk = 1 << 16;
+void bf16_task(void* ctx, int64_t i) {
+  const Bf16Job& J = *static_cast<Bf16Job*>(ctx);
+  const int64_t b = i * kBf16Chunk;
+  J.k->f32_to_bf16(J.src + b, J.dst + b, std::min(kBf16Chunk, J.n - b));
+}
+}  // namespace
+
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  Bf16Job J{src, dst, n, &row_kernels()};
+  pool_run((n + kBf16Chunk - 1) / kBf16Chunk, bf16_task, &J);
+}
+
 void quantize_int(const QuantSource& src, const QuantSpec& spec, const QuantOut& out) {
   QuantJob J;
   J.src = src;

@@ -50,6 +50,8 @@ struct QuantRowKernels {
   void (*unit_stats)(const float* w, int64_t K, int64_t G, int64_t group, double* sum, float* mx, float* mnz);
   // ternary codes t + 1 = clip(rint(w / a), -1, 1) + 1 for K values, a [units]
   void (*ternary_codes)(const float* w, int64_t K, int64_t group, const float* a, uint8_t* codes);
+  // bf16 bits of n float32, as formats.floats.f32_to_bf16_bits: (u + 0x7fff + ((u >> 16) & 1)) >> 16 (uint32 wraps)
+  void (*f32_to_bf16)(const float* src, uint16_t* dst, int64_t n);
 };
 const QuantRowKernels& quant_kernels_scalar();
 const QuantRowKernels& quant_kernels_avx2();
@@ -64,6 +66,9 @@ void ternary_stats(const QuantSource& src, int64_t group, int64_t G, double* sum
 // scales as float16 [Mb][G][64].
 void ternary_pack(const QuantSource& src, const float* a, int64_t group, int64_t G, bool tq1, uint8_t* codes,
                   uint16_t* scale);
+
+// bf16 bits of n float32 values (formats.floats.f32_to_bf16_bits), on the thread pool.
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
 
 // float16 bits nearest to a double, ties to even (numpy's float64 -> float16 cast).
 uint16_t f64_to_f16(double d);

@@ -162,6 +162,11 @@ void bind_quantize(nb::module_& m) {
   m.def("gguf_ternary", &gguf_ternary_py, nb::arg("data"), nb::arg("type"), nb::arg("K"), nb::arg("rows").none(),
         nb::arg("M"), nb::arg("t").noconvert(), nb::arg("d").noconvert(),
         "TQ1_0/TQ2_0 blocks -> codes t int8 [M * K] and scales d [M * K / 256]; False if a TQ2_0 code is 3.");
+  m.def("f32_to_bf16", [](nb::ndarray<const float, nb::c_contig, nb::device::cpu> src, Vec<uint16_t> dst) {
+          require((int64_t)dst.shape(0) == (int64_t)src.size(), "f32_to_bf16: dst must have src's size");
+          nb::gil_scoped_release release;
+          f32_to_bf16(src.data(), dst.data(), (int64_t)src.size());
+        }, nb::arg("src"), nb::arg("dst").noconvert(), "float32 (any shape, C order) -> bf16 bits (round to nearest even).");
   m.def("f64_to_f16", [](double d) { return f64_to_f16(d); }, nb::arg("d"));
 }
 

@@ -21,6 +21,7 @@
 #include "dispatch.h"
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
+#include <x86intrin.h>
 #define LOWBIT_PAUSE() _mm_pause()
 #else
 #define LOWBIT_PAUSE() ((void)0)
@@ -56,6 +57,11 @@ struct Pool {
   std::mutex mu;
   std::condition_variable cv;
   std::mutex run_mu;  // one job at a time (calls from several Python threads queue here)
+  // join profiling (pool_profile_join): per thread (0 = the caller, i = worker i), when its last task of
+  // the current job ended (0: none yet)
+  std::atomic<bool> prof{false};
+  std::atomic<uint64_t> idle_ticks{0};
+  std::vector<std::atomic<uint64_t>> last_end = std::vector<std::atomic<uint64_t>>(kMaxThreads);
 
   static uint64_t pack(uint64_t job, uint64_t n, uint64_t i) {
     return (job << (2 * kIdxBits)) | (n << kIdxBits) | i;
@@ -74,15 +80,16 @@ struct Pool {
     }
   }
 
-  void drain(uint64_t job_id) {
+  void drain(uint64_t job_id, int tid) {
     for (int64_t t; claim(job_id, t);) {
       fn(ctx, t);
+      if (prof.load(std::memory_order_relaxed)) last_end[tid].store(cycle_ticks(), std::memory_order_relaxed);
       done.fetch_add(1, std::memory_order_acq_rel);
     }
   }
 
   // `seen` is the generation at creation: a job (or stop) posted before the thread first runs is not missed.
-  void worker_loop(uint64_t seen) {
+  void worker_loop(uint64_t seen, int tid) {
     for (;;) {
       uint64_t g;
       int spins = 0;
@@ -101,7 +108,7 @@ struct Pool {
       }
       seen = g;
       if (stop.load()) return;
-      drain(ticket.load(std::memory_order_acquire) >> (2 * kIdxBits));
+      drain(ticket.load(std::memory_order_acquire) >> (2 * kIdxBits), tid);
     }
   }
 
@@ -109,7 +116,7 @@ struct Pool {
     shutdown();
     stop.store(false);
     const uint64_t g = generation.load();
-    for (int i = 0; i < n - 1; ++i) workers.emplace_back([this, g] { worker_loop(g); });
+    for (int i = 0; i < n - 1; ++i) workers.emplace_back([this, g, i] { worker_loop(g, i + 1); });
   }
 
   void shutdown() {
@@ -124,15 +131,31 @@ struct Pool {
   void run_slice(int64_t n, TaskFn f, void* c) {
     fn = f;
     ctx = c;
+    const bool profiling = prof.load(std::memory_order_relaxed);
+    const int nthreads = (int)workers.size() + 1;
+    uint64_t t0 = 0;
+    if (profiling) {
+      for (int i = 0; i < nthreads; ++i) last_end[i].store(0, std::memory_order_relaxed);
+      t0 = cycle_ticks();
+    }
     done.store(0, std::memory_order_relaxed);
     job = (job + 1) & ((uint64_t(1) << (64 - 2 * kIdxBits)) - 1);
     ticket.store(pack(job, (uint64_t)n, 0), std::memory_order_release);
     generation.fetch_add(1);  // seq_cst: pairs with the sleeping counter (no lost wake-up)
     if (sleeping.load() > 0) { std::lock_guard<std::mutex> lock(mu); cv.notify_all(); }
-    drain(job);
+    drain(job, 0);
     for (int spins = 0; done.load(std::memory_order_acquire) < n; ++spins) {
       if (spins < kPauseIters) LOWBIT_PAUSE();
       else std::this_thread::yield();
+    }
+    if (profiling) {
+      const uint64_t t1 = cycle_ticks();
+      uint64_t idle = 0;
+      for (int i = 0; i < nthreads; ++i) {
+        const uint64_t e = last_end[i].load(std::memory_order_relaxed);
+        idle += t1 - (e ? std::min(e, t1) : t0);
+      }
+      idle_ticks.fetch_add(idle / nthreads, std::memory_order_relaxed);
     }
   }
 
@@ -293,5 +316,17 @@ int pool_threads() { return g_threads.load(std::memory_order_relaxed); }
 int pool_sleeping() { return pool().sleeping.load(); }
 
 void pool_run(int64_t ntasks, TaskFn fn, void* ctx) { pool().run(ntasks, fn, ctx, g_threads.load()); }
+
+uint64_t cycle_ticks() {
+#if defined(__x86_64__) || defined(_M_X64)
+  return __rdtsc();
+#else
+  return (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+#endif
+}
+
+void pool_profile_join(bool on) { pool().prof.store(on, std::memory_order_relaxed); }
+
+uint64_t pool_join_idle_ticks() { return pool().idle_ticks.load(std::memory_order_relaxed); }
 
 }  // namespace lowbit

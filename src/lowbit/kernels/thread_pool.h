@@ -19,6 +19,14 @@ void pool_run(int64_t ntasks, TaskFn fn, void* ctx);
 // Workers parked on the condition variable (not spinning) right now: for the idle test.
 int pool_sleeping();
 
+// Cheap timestamps for profiling: the TSC on x86 (steady_clock nanoseconds elsewhere).
+uint64_t cycle_ticks();
+// Profiling of the join, off by default (then a task costs one relaxed load more): while on, every pool
+// run adds the mean over its threads of the time each sat idle at the join (from its last task, or from
+// the start of the run if it got none, to the end of the run) to a counter, in cycle_ticks().
+void pool_profile_join(bool on);
+uint64_t pool_join_idle_ticks();
+
 // Distinct physical cores (SMT siblings once) among the CPUs this process may run on (sched_getaffinity),
 // from sysfs topology; the affinity count where sysfs is missing.
 int physical_cores();

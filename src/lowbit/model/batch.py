@@ -7,8 +7,8 @@
 A decode step runs every projection as one GEMM over the B rows (the packed weights are read once for
 all of them), RoPE at each sequence's own position and attention per sequence against its own slot:
 in one C++ call (NativeDecoder.decode_batch) when every weight format has a native path, else in numpy
-(decode_python, also the reference the native step is tested against). Prefill runs the model's own
-prefill (model.prefill) with the model pointed at the slot. The model's single-sequence cache and
+(decode_python, also the reference the native step is tested against). Prefill runs the native forward
+into the slot (or the model's numpy reference pointed at the slot). The model's single-sequence cache and
 decode path are untouched.
 """
 from __future__ import annotations
@@ -74,8 +74,13 @@ class BatchDecoder:
 
     def prefill(self, slot: int, ids) -> np.ndarray:
         """Appends ids to slot `slot` (after what it holds) -> float32 logits [vocab] of the last id."""
+        if not 0 <= slot < self.n_slots:
+            raise ValueError(f"slot {slot} is outside the cache's {self.n_slots} slots")
+        m = self.model
+        if self._native is not None:
+            return m.prefill_native(self._native, self.cache.slot(slot), slot, m._prompt_ids(ids))
         with self._on_slot(slot):
-            return self.model.prefill(ids)
+            return m.prefill_python(ids)
 
     def _positions(self, tokens, slots) -> tuple[list[int], list[int], np.ndarray]:
         tokens = [int(t) for t in tokens]

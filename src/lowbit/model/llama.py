@@ -6,8 +6,11 @@ GQA (num_key_value_heads <= num_attention_heads), optional q/k/v/o and MLP biase
 Variants set class flags instead of copying this file: BitNet b1.58 (bitnet.py) adds `sub_norms`
 (an RMSNorm before o_proj and before down_proj) and uses hidden_act relu2.
 
-Prefill (N tokens: GEMM path) and decode (one token: GEMV path) are separate methods so that their
-speeds can be measured apart. Both write K/V into the static cache (kv_cache.py).
+The runtime runs the whole stack natively (model/native.py: kernels/decoder.cpp): prefill of N tokens in
+chunks (GEMMs over the chunk's rows) and decode of one token (GEMVs) are two entry points over one C++ step.
+The numpy `Block.forward` below is its reference (prefill_python / decode_python: the oracle the tests
+compare against, and the fallback when a format or activation has no native path, with a warning).
+Both write K/V into the static cache (kv_cache.py).
 """
 from __future__ import annotations
 
@@ -17,7 +20,6 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from lowbit import _native
 from lowbit._runtime import single_threaded_blas
 from lowbit.formats import Activations, PackedWeight, matmul_many
 from lowbit.model.config import ModelArgs, check_supported, sliding_window_active
@@ -138,45 +140,13 @@ class Block:
             kc, vc = kc.astype(np.float32), vc.astype(np.float32)
         return kc, vc
 
-    def decode(self, x: np.ndarray, pos: int) -> np.ndarray:
-        """x: [1, hidden] at position pos -> [1, hidden]; writes K/V at pos."""
-        q, k, v = self._qkv(x, pos)
-        self.kc[:, pos] = k[0]
-        self.vc[:, pos] = v[0]
-        t = pos + 1
-        qg = q.reshape(self.n_kv, self.group, self.hd)  # [kv, g, hd]
-        kc, vc = self._kv(t)
-        if self.window is not None and t > self.window:  # sliding window: the last `window` positions
-            kc, vc = kc[:, t - self.window:], vc[:, t - self.window:]
-        s = self._cap_(np.matmul(qg, kc.transpose(0, 2, 1)))  # [kv, g, t]
-        o = np.matmul(_softmax_(s), vc)  # [kv, g, hd]
-        x = self._out(x, o.reshape(1, self.n_heads * self.hd))
-        return self._mlp(x)
-
-    def _qkv_cached(self, x: np.ndarray, pos: int) -> np.ndarray:
-        """Projects x: [n, hidden] at positions pos..pos+n-1, writes K/V into the cache -> q [n, heads, hd]."""
+    def forward(self, x: np.ndarray, pos: int) -> np.ndarray:
+        """The numpy reference of the block. x: [n, hidden] at positions pos..pos+n-1 -> [n, hidden] (causal
+        over the cache and the new rows, within the sliding window if any); writes K/V at those positions."""
         n = x.shape[0]
         q, k, v = self._qkv(x, pos)
         self.kc[:, pos:pos + n] = k.transpose(1, 0, 2)
         self.vc[:, pos:pos + n] = v.transpose(1, 0, 2)
-        return q
-
-    def prefill(self, x: np.ndarray, pos: int) -> np.ndarray:
-        """x: [n, hidden] at positions pos..pos+n-1 -> [n, hidden] (causal over the cache and the new rows)."""
-        n = x.shape[0]
-        if self.softcap is not None or (self.window is not None and pos + n > self.window):
-            return self.prefill_numpy(x, pos)  # the native prefill attention has no soft-cap or window mask
-        q = self._qkv_cached(x, pos)
-        o = np.empty((n, self.n_heads * self.hd), np.float32)  # causal attention, heads x tokens on the pool
-        kc, vc = (self.kc, self.vc) if self.kc.dtype == np.float32 else (self.kc.view(np.uint16), self.vc.view(np.uint16))
-        _native.attention_prefill(np.ascontiguousarray(q), kc, vc, pos, o)
-        x = self._out(x, o)
-        return self._mlp(x)
-
-    def prefill_numpy(self, x: np.ndarray, pos: int) -> np.ndarray:
-        """prefill() with the attention in numpy: the reference the native attention is tested against."""
-        n = x.shape[0]
-        q = self._qkv_cached(x, pos)
         t = pos + n
         mask = np.triu(np.full((n, t), -np.inf, np.float32), k=pos + 1)  # [n, t]: causal
         if self.window is not None:  # query pos+i sees keys j with pos+i - j < window
@@ -245,7 +215,7 @@ class Model:
             raise ValueError(f"model_type {args.model_type!r} does not use {len(unused)} of the given tensors, "
                              f"e.g. {unused[:3]}")
         del self._weights  # the layers hold what they need
-        # native_decode: run decode() as one C++ call (built on first use); LOWBIT_NATIVE_DECODE=0 turns it off
+        # native_decode: run prefill() and decode() natively (built on first use); LOWBIT_NATIVE_DECODE=0 turns it off
         self.native_decode = native_decode if native_decode is not None else os.environ.get("LOWBIT_NATIVE_DECODE", "1") != "0"
         self._native = None
 
@@ -257,7 +227,7 @@ class Model:
         """Builds the architecture named by config["model_type"] from in-memory weights.
 
         weights: HF name -> PackedWeight | float array; format: quantize float linears to it (default f32);
-        native_decode: decode through the C++ step (default on unless LOWBIT_NATIVE_DECODE=0).
+        native_decode: prefill and decode through the C++ step (default on unless LOWBIT_NATIVE_DECODE=0).
         """
         from lowbit.model import get_model_class
 
@@ -381,42 +351,69 @@ class Model:
         self.cache.reset()
 
     def prefill(self, ids, all_logits: bool = False, chunk: int = PREFILL_CHUNK) -> np.ndarray:
-        """Runs ids after the cached positions (GEMM path, `chunk` tokens at a time).
+        """Runs ids after the cached positions, `chunk` tokens per native forward (GEMMs over the chunk).
 
-        ids: int [n] -> float32 logits [vocab] of the last token, or [n, vocab] if all_logits.
+        ids: int [n] -> float32 logits [vocab] of the last token, or [n, vocab] if all_logits. Runs the
+        numpy reference (prefill_python) only when the model has no native step (a warning says why).
         """
+        ids = self._prompt_ids(ids)
+        nat = self._native_decoder()
+        if nat is None:
+            return self.prefill_python(ids, all_logits, chunk)
+        return self.prefill_native(nat, self.cache, 0, ids, all_logits, chunk)
+
+    def _prompt_ids(self, ids) -> list[int]:
         ids = [int(i) for i in ids]
-        n = len(ids)
-        if n == 0:
+        if not ids:
             raise ValueError("prefill needs at least one token")
-        self.cache.check_room(n)
+        return ids
+
+    def prefill_native(self, nat, cache, slot: int, ids: list[int], all_logits: bool = False,
+                       chunk: int = PREFILL_CHUNK) -> np.ndarray:
+        """prefill() through the native step `nat` into `cache` (slot `slot` of a SlotKVCache for batching)."""
+        n = len(ids)
+        cache.check_room(n)
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        outs = []
+        for s in range(0, n, chunk):
+            part = ids[s:s + chunk]
+            which = "all" if all_logits else ("last" if s + chunk >= n else "none")
+            out = nat.forward(self.embed_ids(part), cache.length, which, slot)  # [m, hidden] -> logits or None
+            cache.length += len(part)
+            cache.tokens.extend(part)
+            if out is not None:
+                outs.append(self.cap_logits(out))
+        return np.concatenate(outs, axis=0) if all_logits else outs[-1][0]
+
+    def prefill_python(self, ids, all_logits: bool = False, chunk: int = PREFILL_CHUNK) -> np.ndarray:
+        """prefill() in numpy around the matmul kernels: the reference the native forward is tested against."""
+        ids = self._prompt_ids(ids)
+        n = len(ids)
+        c = self.cache
+        c.check_room(n)
         outs = []
         with single_threaded_blas():  # numpy's attention matmuls must not fight lowbit's pool for the cores
             for s in range(0, n, chunk):
                 part = ids[s:s + chunk]
-                h = self._forward(part)  # [m, hidden], final-normed
+                pos, m = c.length, len(part)
+                x = self.embed_ids(part)  # [m, hidden]
+                for blk in self.layers:
+                    x = blk.forward(x, pos)
+                c.length += m
+                c.tokens.extend(part)
+                h = rms_norm(x, self.norm, self.args.rms_norm_eps)  # [m, hidden]
                 if all_logits:
                     outs.append(self.cap_logits(self.lm_head(h)))
                 elif s + chunk >= n:
                     outs.append(self.cap_logits(self.lm_head(h[-1:])[0]))
         return np.concatenate(outs, axis=0) if all_logits else outs[-1]
 
-    def _forward(self, ids: list[int]) -> np.ndarray:
-        """ids: [m] at positions length.. -> normed hidden [m, hidden]; appends to the cache."""
-        c = self.cache
-        pos, m = c.length, len(ids)
-        x = self.embed_ids(ids)  # [m, hidden]
-        for blk in self.layers:
-            x = blk.prefill(x, pos)
-        c.length += m
-        c.tokens.extend(ids)
-        return rms_norm(x, self.norm, self.args.rms_norm_eps)
-
     def decode(self, token: int) -> np.ndarray:
         """One token at the next position (GEMV path) -> float32 logits [vocab].
 
-        Runs the native decode step (model/native.py: the whole stack in one C++ call) when every weight
-        format has one and `native_decode` is on; else the numpy reference, decode_python.
+        Runs the native step (model/native.py: the whole stack in one C++ call) when every weight format
+        has one and `native_decode` is on; else the numpy reference, decode_python.
         """
         c = self.cache
         pos = c.length
@@ -432,15 +429,7 @@ class Model:
 
     def decode_python(self, token: int) -> np.ndarray:
         """decode() in numpy around the matmul kernels: the reference for the native step."""
-        c = self.cache
-        pos = c.length
-        c.check_room(1)
-        x = self.embed_ids([token])  # [1, hidden]
-        for blk in self.layers:
-            x = blk.decode(x, pos)
-        c.length = pos + 1
-        c.tokens.append(int(token))
-        return self.cap_logits(self.lm_head(rms_norm(x, self.norm, self.args.rms_norm_eps))[0])
+        return self.prefill_python([token])
 
     def _native_decoder(self):
         if not self.native_decode:
@@ -451,7 +440,7 @@ class Model:
             built = NativeDecoder.build(self)
             self._native = built if not isinstance(built, str) else False
             if self._native is False:
-                warnings.warn(f"{built}: decoding in numpy (slower)", stacklevel=3)
+                warnings.warn(f"{built}: running the numpy reference (slower)", stacklevel=3)
         return self._native or None
 
     def logits(self, ids) -> np.ndarray:

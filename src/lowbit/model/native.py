@@ -1,10 +1,12 @@
-"""The native decode step: the whole decoder stack of one token in one C++ call (kernels/decoder.cpp).
+"""The native forward: the whole decoder stack over N tokens in one C++ call (kernels/decoder.cpp).
 
-    dec = NativeDecoder.build(model)     # a str saying why when the step cannot run this model
-    logits = dec.decode(x, pos)          # x: float32 [hidden] embedding -> float32 [vocab]
+    dec = NativeDecoder.build(model)          # a str saying why when the step cannot run this model
+    logits = dec.decode(x, pos)               # x: float32 [hidden] embedding -> float32 [vocab]
+    logits = dec.forward(x, pos, "last")      # x: float32 [N, hidden] at pos..pos+N-1 -> [1, vocab]
+    dec.set_profile(True); ...; dec.profile() # seconds per category (gemv, join, attention, lm_head, rest)
 
-It reads the same packed weights, norms, RoPE tables and static KV cache as the Python model, which
-remains the reference (tests compare the two) and keeps prefill.
+It reads the same packed weights, norms, RoPE tables and static KV cache as the Python model, whose numpy
+block is the reference the tests compare it with.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from lowbit.formats.intcodes import IntCodeWeight
 from lowbit.formats.rsr import RSRWeight
 from lowbit.formats.tq1 import TQ1Weight
 
+LOGITS_OF = {"none": 0, "last": 1, "all": 2}
 ACTS = {"silu": 0, "swish": 0, "relu2": 1, "gelu_pytorch_tanh": 2, "gelu_tanh": 2}
 
 
@@ -67,8 +70,11 @@ class NativeDecoder:
         S = np.ascontiguousarray(rope.S, np.float32)
         cache = slots if slots is not None else model.cache
         kv_f16 = cache.k.dtype == np.float16
-        dec = _native.Decoder(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
-                              a.intermediate_size, cache.max_ctx, float(a.rms_norm_eps), act, C, S, kv_f16)
+        try:  # a shape or constant outside what the step takes (e.g. head_dim > 512) -> the reason
+            dec = _native.Decoder(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
+                                  a.intermediate_size, cache.max_ctx, float(a.rms_norm_eps), act, C, S, kv_f16)
+        except ValueError as e:
+            return str(e)
         keep = [C, S, head]
         dec.set_attention(float(model.attn_scale), float(model.attn_softcap or 0.0))
         for i, (lins, blk) in enumerate(layers):
@@ -90,6 +96,25 @@ class NativeDecoder:
         logits = np.empty(self.vocab, np.float32)
         self._dec.decode(x, pos, logits)
         return logits
+
+    def forward(self, x: np.ndarray, pos: int, logits_of: str = "last", slot: int = 0) -> np.ndarray | None:
+        """x: float32 [N, hidden] embeddings (overwritten) of N tokens at positions pos..pos+N-1 of `slot`
+        -> logits float32 [1, vocab] of the last token ("last"), [N, vocab] ("all"), or None ("none")."""
+        which = LOGITS_OF.get(logits_of)
+        if which is None:
+            raise ValueError(f"logits_of must be one of {', '.join(LOGITS_OF)}, got {logits_of!r}")
+        logits = None if which == 0 else np.empty((x.shape[0] if which == 2 else 1, self.vocab), np.float32)
+        self._dec.forward(x, int(pos), int(slot), logits, which)
+        return logits
+
+    def set_profile(self, on: bool) -> None:
+        """Native timers on (counters reset) or off (then nothing is timed)."""
+        self._dec.set_profile(bool(on))
+
+    def profile(self) -> dict:
+        """{"decode" | "prefill" | "batch": {"gemv", "join", "attention", "lm_head", "rest": seconds, "seconds":
+        wall seconds, "steps", "tokens"}} since set_profile(True)."""
+        return self._dec.profile()
 
     def decode_batch(self, x: np.ndarray, pos, slot) -> np.ndarray:
         """x: float32 [B, hidden] embeddings (overwritten), pos, slot: int [B] -> logits float32 [B, vocab]

@@ -1,12 +1,16 @@
-"""Where a decode step's time goes: inside native code vs the Python/numpy around it.
+"""Where a token's time goes, from the native step's own timers (kernels/decoder.h: StepProfile).
 
-    from lowbit.model.profile import decode_profile
-    print(decode_profile(model, n_tokens=32))                # the path decode() takes (native if it can)
-    print(decode_profile(model, n_tokens=32, native=False))  # the numpy reference path
+    from lowbit.model.profile import step_profile, format_profile
+    p = step_profile(model, prompt_tokens=128, gen_tokens=64)
+    print(format_profile(p))
 
-On the numpy path the kernel time is the matmul calls and the overhead is everything else (norms,
-RoPE, attention, softmax, activations, residuals, dispatch); on the native path the kernel time is
-the one C++ call per token and the overhead is the embedding gather and bookkeeping around it.
+Per decode token and per prefill token: time in the GEMVs / GEMMs (the threads' busy time inside the pool
+runs of the projections, activation quantization included), join waits (the mean over threads of the
+time each sat idle at the end of a pool run, from its last task to the join), attention, the lm_head, the
+rest of the native step (norms, RoPE, KV writes, activations, residuals), and the Python around the
+native call (embedding gather, logits soft-cap, bookkeeping: the wall time of Model.decode / prefill less
+the native step's). The timers are off unless profiling (then they cost a TSC read per stretch and per
+pool task), so the figures are a separate run from the benchmark's.
 """
 from __future__ import annotations
 
@@ -14,58 +18,58 @@ import time
 
 import numpy as np
 
-from lowbit.model import llama
+CATEGORIES = ("gemv", "join", "attention", "lm_head", "rest")
+LABELS = {"gemv": "GEMV (GEMM in prefill)", "join": "join waits (idle at the barrier)", "attention": "attention",
+          "lm_head": "lm_head", "rest": "rest (norms, RoPE, KV, act)", "python": "Python around the step"}
 
 
-def _timed(fn, spent: list):
-    def call(*a):
-        t = time.perf_counter()
-        y = fn(*a)
-        spent[0] += time.perf_counter() - t
-        return y
-    return call
-
-
-def decode_profile(model, n_tokens: int = 32, prompt_len: int = 16, warmup: int = 4,
-                   native: bool | None = None) -> dict:
-    """Runs prompt_len + warmup + n_tokens single-token steps; medians in ms per token."""
-    spent = [0.0]
-    saved_flag = model.native_decode
-    if native is not None:
-        model.native_decode = native
+def step_profile(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats: int = 2, seed: int = 0) -> dict:
+    """Runs `repeats` rounds (after a warm-up) of a prefill of prompt_tokens and gen_tokens greedy decode
+    steps with the native timers on. -> {"decode" | "prefill": {category: ms per token, "python": ms per
+    token, "total": ms per token, "tokens": n}}."""
     nat = model._native_decoder()
-    lins = list(model.linears().values())
-    originals = [lin._mm for lin in lins]
-    many = llama.matmul_many
-    if nat is not None:
-        nat.decode = _timed(type(nat).decode.__get__(nat), spent)  # instance attribute shadows the method
-    else:
-        for lin, mm in zip(lins, originals):
-            lin._mm = _timed(mm, spent)
-        llama.matmul_many = _timed(many, spent)
-    steps, kern = [], []
-    try:
+    if nat is None:
+        raise ValueError("profiling needs the native step, and this model runs the numpy reference")
+    rng = np.random.default_rng(seed)
+    prompt = [int(t) for t in rng.integers(0, model.args.vocab_size, size=prompt_tokens)]
+    if prompt_tokens + gen_tokens > model.max_context:
+        raise ValueError(f"prompt + generation ({prompt_tokens + gen_tokens}) exceed the context ({model.max_context})")
+    wall = {"decode": 0.0, "prefill": 0.0}
+    for r in range(repeats + 1):  # the first round is the warm-up
+        if r == 1:
+            nat.set_profile(True)
+            wall = {"decode": 0.0, "prefill": 0.0}
         model.reset()
-        model.prefill(list(range(1, prompt_len + 1)))
-        tok = 1
-        for i in range(warmup + n_tokens):
-            spent[0] = 0.0
-            t = time.perf_counter()
+        t0 = time.perf_counter()
+        tok = int(np.argmax(model.prefill(prompt)))
+        wall["prefill"] += time.perf_counter() - t0
+        for _ in range(gen_tokens):
+            t0 = time.perf_counter()
             logits = model.decode(tok)
-            dt = time.perf_counter() - t
+            wall["decode"] += time.perf_counter() - t0
             tok = int(np.argmax(logits))
-            if i >= warmup:
-                steps.append(dt)
-                kern.append(spent[0])
-    finally:
-        if nat is not None:
-            del nat.decode
-        for lin, mm in zip(lins, originals):
-            lin._mm = mm
-        llama.matmul_many = many
-        model.native_decode = saved_flag
-        model.reset()
-    over = float(np.median(np.subtract(steps, kern))) * 1e3
-    return {"path": "native" if nat is not None else "numpy", "step_ms": float(np.median(steps)) * 1e3,
-            "kernel_ms": float(np.median(kern)) * 1e3, "overhead_ms": over,
-            "overhead_us_per_layer": over * 1e3 / len(model.layers), "layers": len(model.layers)}
+    native = nat.profile()
+    nat.set_profile(False)
+    model.reset()
+    out = {}
+    for kind in ("prefill", "decode"):
+        p, n = native[kind], max(native[kind]["tokens"], 1)
+        row = {c: 1e3 * p[c] / n for c in CATEGORIES}
+        row["python"] = 1e3 * max(wall[kind] - p["seconds"], 0.0) / n
+        row["total"] = 1e3 * wall[kind] / n
+        row["tokens"] = int(native[kind]["tokens"])
+        out[kind] = row
+    out["prompt_tokens"], out["gen_tokens"], out["repeats"] = prompt_tokens, gen_tokens, repeats
+    return out
+
+
+def format_profile(p: dict) -> str:
+    """The profile as a small table: ms per token and share of the token's time, decode and prefill."""
+    head = f"  {'per token':34s} {'decode tg' + str(p['gen_tokens']):>18s}  {'prefill pp' + str(p['prompt_tokens']):>18s}"
+    lines = [head, f"  {'':34s} {'ms':>9s} {'%':>8s}  {'ms':>9s} {'%':>8s}"]
+    d, f = p["decode"], p["prefill"]
+    for c in (*CATEGORIES, "python"):
+        lines.append(f"  {LABELS[c]:34s} {d[c]:9.3f} {100 * d[c] / d['total']:7.1f}%  "
+                     f"{f[c]:9.3f} {100 * f[c] / f['total']:7.1f}%")
+    lines.append(f"  {'total':34s} {d['total']:9.3f} {100.0:7.1f}%  {f['total']:9.3f} {100.0:7.1f}%")
+    return "\n".join(lines)

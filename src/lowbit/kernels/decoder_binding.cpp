@@ -1,0 +1,338 @@
+// Python binding of the native decoder (decoder.h): building it from the model's arrays (every projection,
+// norm and cache checked as the gemm entry points check theirs: weight_args.h), and its steps — decode (one
+// token), forward (N tokens of one sequence: prefill), decode_batch (continuous batching) — with the GIL
+// released and the settings lock held shared while they run, plus the step profile.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "decoder.h"
+#include "dispatch.h"
+#include "py_args.h"
+#include "weight_args.h"
+
+namespace nb = nanobind;
+using namespace lowbit;
+using namespace lowbit::py;
+
+namespace {
+
+// The decoder with the Python arrays it points into: it holds a reference to each (the arrays are the
+// caller's own, never converted copies), so they live as long as it does. One decode at a time.
+struct PyDecoder {
+  Decoder d;
+  std::vector<nb::object> keep;
+  std::mutex mu;
+  PyDecoder(const DecoderShape& s, const float* c, const float* sn) : d(s, c, sn) {}
+};
+
+// A projection for the native decoder, from a tuple built by lowbit.model.native:
+//   ("int", codes, scale, offset|None, zc, bits, M, K, Kp, group, bias|None)
+//   ("f32" | "bf16", weight [M, K], bias|None)
+//   ("tq1", codes, scale, M, K, Kp, group, bias|None)
+//   ("codebook", codes, scale, cbT, cb, M, K, Kp, group, bias|None)
+LinearRef linear_from_tuple(nb::handle h, const char* what, std::vector<nb::object>& keep) {
+  const std::string w = what;
+  if (!(nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) || nb::len(h) == 0)
+    fail(w + " must be a projection tuple (kind, ...), got " + describe(h));
+  std::string kind;
+  if (!nb::try_cast<std::string>(h[0], kind)) fail(w + ": the first item must be the kind: 'int', 'tq1', 'codebook', 'f32' or 'bf16'");
+  const char* fn = what;
+  LinearRef L;
+  size_t bias_at = 0;
+  if (kind == "int") {
+    const auto t = items(h, 11, (w + " ('int', codes, scale, offset, zc, bits, M, K, Kp, group, bias)").c_str());
+    L.kind = 0;
+    L.M = scalar<int64_t>(t[6], "M");
+    L.K = scalar<int64_t>(t[7], "K");
+    L.iw = checked_int_weights(fn, t[1], t[2], t[3], scalar<float>(t[4], "zc"), scalar<int>(t[5], "bits"), L.M,
+                               scalar<int64_t>(t[8], "Kp"), scalar<int64_t>(t[9], "group"));
+    if (L.K <= 0 || L.K > L.iw.Kp) fail(w + ": K must be in [1, Kp]");
+    bias_at = 10;
+  } else if (kind == "tq1") {
+    const auto t = items(h, 8, (w + " ('tq1', codes, scale, M, K, Kp, group, bias)").c_str());
+    L.kind = 3;
+    L.M = scalar<int64_t>(t[3], "M");
+    L.K = scalar<int64_t>(t[4], "K");
+    L.tq = checked_tq1_weights(fn, t[1], t[2], L.M, scalar<int64_t>(t[5], "Kp"), scalar<int64_t>(t[6], "group"));
+    if (L.K <= 0 || L.K > L.tq.Kp) fail(w + ": K must be in [1, Kp]");
+    bias_at = 7;
+  } else if (kind == "codebook") {
+    const auto t = items(h, 10, (w + " ('codebook', codes, scale, cbT, cb, M, K, Kp, group, bias)").c_str());
+    L.kind = 4;
+    L.M = scalar<int64_t>(t[5], "M");
+    L.K = scalar<int64_t>(t[6], "K");
+    L.cb = checked_codebook_weights(fn, t[1], t[2], t[3], t[4], L.M, scalar<int64_t>(t[7], "Kp"), scalar<int64_t>(t[8], "group"));
+    if (L.K <= 0 || L.K > L.cb.Kp || L.cb.Kp - L.K >= L.cb.v) fail(w + ": K must be in (Kp - v, Kp]");
+    bias_at = 9;
+  } else if (kind == "f32" || kind == "bf16") {
+    const auto t = items(h, 3, (w + " ('f32' | 'bf16', weight, bias)").c_str());
+    const auto [fw, bf16] = checked_float_weights(fn, t[1]);
+    if (bf16 != (kind == "bf16")) fail(w + ": a '" + kind + "' weight must be " + (bf16 ? "float32" : "uint16 (bf16 bits)"));
+    L.kind = bf16 ? 2 : 1;
+    L.fw = fw;
+    L.M = fw.M;
+    L.K = fw.K;
+    bias_at = 2;
+  } else {
+    fail(w + ": unknown projection kind '" + kind + "' (use 'int', 'tq1', 'codebook', 'f32' or 'bf16')");
+  }
+  nb::handle b = h[bias_at];
+  if (!b.is_none()) {
+    auto bias = in<float, 1>(b, (w + " bias").c_str());
+    if (bias.shape(0) != (size_t)L.M) fail(w + ": bias has " + std::to_string(bias.shape(0)) + " values, expected M = " + std::to_string(L.M));
+    L.bias = bias.data();
+  }
+  keep.push_back(nb::borrow(h));  // the tuple holds every array of the projection
+  return L;
+}
+
+In<float, 1> norm_weight(nb::handle h, const char* what, int64_t n) {
+  auto a = in<float, 1>(h, what);
+  if (a.shape(0) != (size_t)n)
+    fail(std::string(what) + " has " + std::to_string(a.shape(0)) + " values, expected " + std::to_string(n));
+  return a;
+}
+
+nb::dict profile_dict(const StepProfile& p) {
+  static const char* names[kProfCats] = {"gemv", "join", "attention", "lm_head", "rest"};
+  nb::dict d;
+  const double per_tick = p.total_ticks ? p.seconds / (double)p.total_ticks : 0.0;
+  for (int c = 0; c < kProfCats; ++c) d[names[c]] = (double)p.ticks[c] * per_tick;
+  d["seconds"] = p.seconds;
+  d["steps"] = p.steps;
+  d["tokens"] = p.tokens;
+  return d;
+}
+
+}  // namespace
+
+namespace lowbit {
+
+void bind_decoder(nb::module_& m) {
+  nb::class_<PyDecoder>(m, "Decoder")
+      .def("__init__",
+           [](PyDecoder* self, int64_t hidden, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t inter, int64_t max_ctx,
+              float eps, int act, nb::handle hc, nb::handle hs, bool kv_f16) {
+             constexpr int64_t kDim = int64_t(1) << 20;
+             require(hidden > 0 && hidden <= kDim && inter > 0 && inter <= kDim, "Decoder: hidden and intermediate sizes must be in [1, 2^20]");
+             require(n_heads > 0 && n_heads <= 4096 && n_kv > 0, "Decoder: head counts must be positive (at most 4096 heads)");
+             require(n_heads % n_kv == 0, "Decoder: heads must be a multiple of kv heads");
+             require(hd > 0 && hd <= 512 && hd % 2 == 0, "Decoder: head_dim must be even and in [2, 512]");
+             require(max_ctx > 0 && max_ctx <= (int64_t(1) << 24), "Decoder: max_ctx must be in [1, 2^24]");
+             require(act == 0 || act == 1 || act == 2, "Decoder: act must be 0 (SiLU), 1 (squared ReLU) or 2 (GELU)");
+             require(eps >= 0.f && eps < 1.f, "Decoder: rms_norm_eps must be in [0, 1)");
+             auto c = in<float, 2>(hc, "Decoder: rope C");
+             auto s = in<float, 2>(hs, "Decoder: rope S");
+             require(c.shape(0) >= (size_t)max_ctx && c.shape(1) == (size_t)hd, "Decoder: rope C must be [>= max_ctx, hd]");
+             require(s.shape(0) >= (size_t)max_ctx && s.shape(1) == (size_t)hd, "Decoder: rope S must be [>= max_ctx, hd]");
+             new (self) PyDecoder(DecoderShape{hidden, n_heads, n_kv, hd, inter, max_ctx, eps, act, kv_f16}, c.data(), s.data());
+             self->keep = {nb::borrow(hc), nb::borrow(hs)};
+           })
+      .def("add_layer",
+           [](PyDecoder& self, nb::handle lins, nb::handle ln1, nb::handle ln2, nb::handle attn_sub, nb::handle ffn_sub,
+              nb::handle hkc, nb::handle hvc) {
+             const DecoderShape& s = self.d.shape();
+             require(self.d.n_slots() == 1, "add_layer: add every layer before set_slots");
+             const auto t = items(lins, 7, "add_layer: linears (q, k, v, o, gate, up, down)");
+             std::vector<nb::object> keep;
+             DecoderLayer L;
+             LinearRef* refs[7] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+             const char* names[7] = {"add_layer: q_proj", "add_layer: k_proj", "add_layer: v_proj", "add_layer: o_proj",
+                                     "add_layer: gate_proj", "add_layer: up_proj", "add_layer: down_proj"};
+             for (size_t i = 0; i < 7; ++i) *refs[i] = linear_from_tuple(t[i], names[i], keep);
+             const int64_t qd = s.n_heads * s.hd, kvd = s.n_kv * s.hd;
+             require(L.q.M == qd && L.q.K == s.hidden, "add_layer: q_proj must be [heads*hd, hidden]");
+             require(L.k.M == kvd && L.k.K == s.hidden && L.v.M == kvd && L.v.K == s.hidden, "add_layer: k/v_proj must be [kv_heads*hd, hidden]");
+             require(L.o.M == s.hidden && L.o.K == qd, "add_layer: o_proj must be [hidden, heads*hd]");
+             require(L.gate.M == s.inter && L.gate.K == s.hidden && L.up.M == s.inter && L.up.K == s.hidden,
+                     "add_layer: gate/up_proj must be [intermediate, hidden]");
+             require(L.down.M == s.hidden && L.down.K == s.inter, "add_layer: down_proj must be [hidden, intermediate]");
+             L.ln1 = norm_weight(ln1, "add_layer: ln1", s.hidden).data();
+             L.ln2 = norm_weight(ln2, "add_layer: ln2", s.hidden).data();
+             L.attn_sub = attn_sub.is_none() ? nullptr : norm_weight(attn_sub, "add_layer: attn_sub", qd).data();
+             L.ffn_sub = ffn_sub.is_none() ? nullptr : norm_weight(ffn_sub, "add_layer: ffn_sub", s.inter).data();
+             // The cache is written in place (prefill in numpy writes the same arrays): exact dtype, writable.
+             if (s.kv_f16) {
+               auto kc = out<uint16_t, 3>(hkc, "add_layer: k cache (float16 passed as a uint16 view)");
+               auto vc = out<uint16_t, 3>(hvc, "add_layer: v cache (float16 passed as a uint16 view)");
+               require(kc.shape(0) == (size_t)s.n_kv && kc.shape(1) == (size_t)s.max_ctx && kc.shape(2) == (size_t)s.hd &&
+                           vc.shape(0) == kc.shape(0) && vc.shape(1) == kc.shape(1) && vc.shape(2) == kc.shape(2),
+                       "add_layer: k and v caches must be [kv_heads, max_ctx, hd]");
+               L.kc = kc.data();
+               L.vc = vc.data();
+             } else {
+               auto kc = out<float, 3>(hkc, "add_layer: k cache");
+               auto vc = out<float, 3>(hvc, "add_layer: v cache");
+               require(kc.shape(0) == (size_t)s.n_kv && kc.shape(1) == (size_t)s.max_ctx && kc.shape(2) == (size_t)s.hd &&
+                           vc.shape(0) == kc.shape(0) && vc.shape(1) == kc.shape(1) && vc.shape(2) == kc.shape(2),
+                       "add_layer: k and v caches must be [kv_heads, max_ctx, hd]");
+               L.kc = kc.data();
+               L.vc = vc.data();
+             }
+             for (nb::handle h : {ln1, ln2, attn_sub, ffn_sub, hkc, hvc}) keep.push_back(nb::borrow(h));
+             std::lock_guard<std::mutex> lock(self.mu);
+             self.d.add_layer(L);
+             for (auto& o : keep) self.keep.push_back(std::move(o));
+           },
+           nb::arg("linears"), nb::arg("ln1"), nb::arg("ln2"), nb::arg("attn_sub").none(), nb::arg("ffn_sub").none(),
+           nb::arg("kc"), nb::arg("vc"))
+      .def("set_layer_extras",
+           [](PyDecoder& self, size_t index, nb::handle q_norm, nb::handle k_norm, nb::handle post_attn,
+              nb::handle post_ffn, int64_t window) {
+             const DecoderShape& s = self.d.shape();
+             require(index < self.d.n_layers(), "set_layer_extras: no such layer");
+             require(window >= 0, "set_layer_extras: window must be >= 0");
+             auto opt = [](nb::handle h, const char* what, int64_t n) -> const float* {
+               return h.is_none() ? nullptr : norm_weight(h, what, n).data();
+             };
+             const float* qn = opt(q_norm, "set_layer_extras: q_norm", s.hd);
+             const float* kn = opt(k_norm, "set_layer_extras: k_norm", s.hd);
+             const float* pa = opt(post_attn, "set_layer_extras: post_attn norm", s.hidden);
+             const float* pf = opt(post_ffn, "set_layer_extras: post_ffn norm", s.hidden);
+             std::lock_guard<std::mutex> lock(self.mu);
+             DecoderLayer& L = self.d.layer(index);
+             L.q_norm = qn;
+             L.k_norm = kn;
+             L.post_attn = pa;
+             L.post_ffn = pf;
+             L.window = window;
+             for (nb::handle h : {q_norm, k_norm, post_attn, post_ffn}) self.keep.push_back(nb::borrow(h));
+           },
+           nb::arg("index"), nb::arg("q_norm").none(), nb::arg("k_norm").none(), nb::arg("post_attn").none(),
+           nb::arg("post_ffn").none(), nb::arg("window"))
+      .def("set_attention",
+           [](PyDecoder& self, float qscale, float softcap) {
+             require(qscale >= 0.f && softcap >= 0.f && std::isfinite(qscale) && std::isfinite(softcap),
+                     "set_attention: qscale and softcap must be finite and >= 0");
+             std::lock_guard<std::mutex> lock(self.mu);
+             self.d.set_attention(qscale, softcap);
+           },
+           nb::arg("qscale"), nb::arg("softcap"))
+      .def("set_output",
+           [](PyDecoder& self, nb::handle norm, nb::handle head) {
+             std::vector<nb::object> keep;
+             const float* n = norm_weight(norm, "set_output: final norm", self.d.shape().hidden).data();
+             LinearRef h = linear_from_tuple(head, "set_output: lm_head", keep);
+             require(h.K == self.d.shape().hidden, "set_output: lm_head must be [vocab, hidden]");
+             std::lock_guard<std::mutex> lock(self.mu);
+             self.d.set_output(n, h);
+             self.keep.push_back(nb::borrow(norm));
+             for (auto& o : keep) self.keep.push_back(std::move(o));
+           },
+           nb::arg("norm"), nb::arg("head"))
+      .def("decode",
+           [](PyDecoder& self, nb::handle hx, int64_t pos, nb::handle hlogits) {
+             require(self.d.has_output(), "decode: the output layer is not set (call set_output first)");
+             auto x = out<float, 1>(hx, "decode: x");
+             auto logits = out<float, 1>(hlogits, "decode: logits");
+             require(x.shape(0) == (size_t)self.d.shape().hidden, "decode: x must be [hidden]");
+             if (logits.shape(0) != (size_t)self.d.vocab())
+               fail("decode: logits must be [vocab] = [" + std::to_string(self.d.vocab()) + "], got " + std::to_string(logits.shape(0)));
+             require(pos >= 0 && pos < self.d.shape().max_ctx, "decode: position outside the cache");
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(self.mu);
+             KernelsRunning running(settings_mutex());
+             self.d.decode(x.data(), pos, logits.data());
+           },
+           nb::arg("x"), nb::arg("pos"), nb::arg("logits"))
+      // The multi-slot cache of batched decoding: k, v are the whole [layers, slots, kv_heads, max_ctx, hd]
+      // arrays whose slot 0 each layer's kc/vc is; every slot of every layer must lie inside them.
+      .def("set_slots",
+           [](PyDecoder& self, int64_t n_slots, int64_t slot_stride, nb::handle hk, nb::handle hv) {
+             const DecoderShape& s = self.d.shape();
+             const int64_t slot_size = s.n_kv * s.max_ctx * s.hd;
+             require(n_slots >= 1, "set_slots: n_slots must be >= 1");
+             require(n_slots == 1 || slot_stride >= slot_size, "set_slots: slots overlap: slot_stride too small");
+             auto k = any_out<5>(hk, "set_slots: k (the whole slot cache)");
+             auto v = any_out<5>(hv, "set_slots: v (the whole slot cache)");
+             const auto want = s.kv_f16 ? nb::dtype<uint16_t>() : nb::dtype<float>();
+             require(k.dtype() == want && v.dtype() == want, "set_slots: the slot cache must have the decoder's KV dtype");
+             const int64_t esz = s.kv_f16 ? 2 : 4, need = ((n_slots - 1) * slot_stride + slot_size) * esz;
+             for (const DecoderLayer& L : self.d.layers())
+               for (auto [p, a] : {std::pair{(const char*)L.kc, &k}, std::pair{(const char*)L.vc, &v}}) {
+                 const char* lo = (const char*)a->data();
+                 const char* hi = lo + (int64_t)a->size() * esz;
+                 require(p >= lo && p + need <= hi, "set_slots: a layer's slots reach outside the slot cache");
+               }
+             std::lock_guard<std::mutex> lock(self.mu);
+             self.d.set_slots(n_slots, slot_stride);
+             self.keep.push_back(nb::borrow(hk));
+             self.keep.push_back(nb::borrow(hv));
+           },
+           nb::arg("n_slots"), nb::arg("slot_stride"), nb::arg("k"), nb::arg("v"))
+      .def("decode_batch",
+           [](PyDecoder& self, nb::handle hx, nb::handle hpos, nb::handle hslot, nb::handle hlogits) {
+             Decoder& d = self.d;
+             require(d.has_output(), "decode_batch: the output layer is not set (call set_output first)");
+             auto x = out<float, 2>(hx, "decode_batch: x");
+             auto pos = in<int64_t, 1>(hpos, "decode_batch: pos");
+             auto slot = in<int64_t, 1>(hslot, "decode_batch: slot");
+             auto logits = out<float, 2>(hlogits, "decode_batch: logits");
+             const int64_t B = (int64_t)x.shape(0);
+             require(B >= 1 && x.shape(1) == (size_t)d.shape().hidden, "decode_batch: x must be [B, hidden] with B >= 1");
+             require(pos.shape(0) == (size_t)B && slot.shape(0) == (size_t)B, "decode_batch: pos and slot must be [B]");
+             require(is_shape(logits, B, d.vocab()), "decode_batch: logits must be [B, vocab]");
+             for (int64_t b = 0; b < B; ++b) {
+               require(pos.data()[b] >= 0 && pos.data()[b] < d.shape().max_ctx, "decode_batch: position outside the cache");
+               require(slot.data()[b] >= 0 && slot.data()[b] < d.n_slots(), "decode_batch: slot outside the cache");
+               for (int64_t c = 0; c < b; ++c) require(slot.data()[c] != slot.data()[b], "decode_batch: two rows write the same slot");
+             }
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(self.mu);
+             KernelsRunning running(settings_mutex());
+             d.decode_batch(x.data(), B, pos.data(), slot.data(), logits.data());
+           },
+           nb::arg("x"), nb::arg("pos"), nb::arg("slot"), nb::arg("logits"))
+      .def("forward",
+           [](PyDecoder& self, nb::handle hx, int64_t pos, int64_t slot, nb::handle hlogits, int which) {
+             Decoder& d = self.d;
+             require(d.has_output(), "forward: the output layer is not set (call set_output first)");
+             require(which >= 0 && which <= 2, "forward: logits_of must be 0 (none), 1 (the last token) or 2 (every token)");
+             auto x = out<float, 2>(hx, "forward: x");
+             const int64_t N = (int64_t)x.shape(0);
+             require(N >= 1 && x.shape(1) == (size_t)d.shape().hidden, "forward: x must be [N, hidden] with N >= 1");
+             float* lp = nullptr;
+             if (which != 0) {
+               auto logits = out<float, 2>(hlogits, "forward: logits");
+               const int64_t rows = which == 2 ? N : 1;
+               if (!is_shape(logits, rows, d.vocab()))
+                 fail("forward: logits must be [" + std::to_string(rows) + ", vocab = " + std::to_string(d.vocab()) + "]");
+               lp = logits.data();
+             }
+             require(pos >= 0 && pos + N <= d.shape().max_ctx, "forward: positions pos..pos+N-1 must lie inside the cache");
+             require(slot >= 0 && slot < d.n_slots(), "forward: slot outside the cache");
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(self.mu);
+             KernelsRunning running(settings_mutex());
+             d.forward(x.data(), N, pos, slot, lp, (Decoder::Logits)which);
+           },
+           nb::arg("x"), nb::arg("pos"), nb::arg("slot"), nb::arg("logits").none(), nb::arg("logits_of"),
+           "N tokens of one sequence at positions pos..pos+N-1 of `slot`; logits_of 0: none, 1: the last token's "
+           "[1, vocab], 2: every token's [N, vocab]")
+      .def("set_profile",
+           [](PyDecoder& self, bool on) {
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(self.mu);
+             self.d.set_profile(on);
+           },
+           nb::arg("on"), "profiling on (counters reset) or off; off costs nothing")
+      .def("profile",
+           [](PyDecoder& self) {
+             nb::dict d;
+             std::lock_guard<std::mutex> lock(self.mu);
+             d["decode"] = profile_dict(self.d.profile(kStepDecode));
+             d["prefill"] = profile_dict(self.d.profile(kStepPrefill));
+             d["batch"] = profile_dict(self.d.profile(kStepBatch));
+             return d;
+           },
+           "seconds per category (gemv, join, attention, lm_head, rest), wall seconds, steps and tokens, per kind of step")
+      .def_prop_ro("n_layers", [](PyDecoder& self) { return self.d.n_layers(); });
+}
+
+}  // namespace lowbit
