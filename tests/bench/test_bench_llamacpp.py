@@ -54,6 +54,10 @@ def test_ternary_gguf_is_llama_with_ternary_weights(tmp_path):
             s = np.abs(w).max()
             assert s > 0 and set(np.unique(np.round(w / s)).tolist()) == {-1.0, 0.0, 1.0}
             assert np.allclose(np.abs(w)[w != 0], s)
+    import gguf
+
+    fields = gguf.GGUFReader(str(path)).fields  # llama.cpp refuses a gpt2 vocabulary without merges
+    assert fields["general.architecture"].contents() == "llama" and fields["tokenizer.ggml.merges"].contents()
     mtime = path.stat().st_mtime_ns
     assert llamacpp.write_ternary_gguf(path, "tiny", layers=1).stat().st_mtime_ns == mtime  # written once
 

@@ -157,3 +157,16 @@ def test_ternary_scale_below_float16_is_clamped(isa, fmt):
     with pytest.raises(ValueError, match="finite and > 0"):
         _native.ternary_pack(w, 0, 5, 120, None, np.zeros(5, np.float32), 128, False,
                              np.empty(128 * 16, np.uint8), np.empty(64, np.uint16))
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_native_pack_codes_equals_reference(bits):
+    """pack_codes (native, used by from_codes: e.g. a TQ2_0 GGUF's codes -> ternary) == the numpy reference."""
+    from lowbit.formats.intcodes import pack_codes, pack_codes_reference
+
+    rng = np.random.default_rng(bits)
+    for shape in SHAPES + [(200, 1000)]:
+        codes = rng.integers(0, 1 << bits, shape, dtype=np.uint8)
+        np.testing.assert_array_equal(pack_codes(codes, bits), pack_codes_reference(codes, bits))
+    with pytest.raises(ValueError, match="wrong size"):
+        _native.pack_codes(np.zeros((3, 5), np.uint8), 3, 5, 2, np.empty(7, np.uint8))

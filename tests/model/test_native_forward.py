@@ -144,3 +144,16 @@ def test_profile_counts_steps():
         parts = [d[c] for c in ("gemv", "join", "attention", "lm_head", "rest")]
         assert all(v >= 0 for v in parts) and d["gemv"] > 0 and d["attention"] > 0 and d["lm_head"] > 0
         assert sum(parts) == pytest.approx(d["seconds"], rel=1e-6)
+
+
+def test_schedule_across_matrices_changes_no_number():
+    """Idle threads prefetching the next matrix (on by default) is a hint: the logits are bitwise the same off."""
+    model = build("ternary", "bitnet")
+    nat = model._native_decoder()
+    got = {}
+    for on in (True, False):
+        nat._dec.set_prefetch_next(on)
+        model.reset()
+        got[on] = [model.prefill(IDS[:6])] + [model.decode(t) for t in IDS[6:12]]
+    nat._dec.set_prefetch_next(True)
+    assert all(np.array_equal(a, b) for a, b in zip(got[True], got[False]))

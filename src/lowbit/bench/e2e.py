@@ -100,7 +100,8 @@ def run(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats: int = 3,
     model.reset()
     return {"prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "repeats": repeats,
             "pp_tps": float(np.mean(pp)), "pp_sd": float(np.std(pp)),
-            "tg_tps": float(np.mean(tg)), "tg_sd": float(np.std(tg)), "tg_rounds": [float(v) for v in tg]}
+            "tg_tps": float(np.mean(tg)), "tg_sd": float(np.std(tg)), "tg_rounds": [float(v) for v in tg],
+            "pp_rounds": [float(v) for v in pp]}
 
 
 def prefill_macs_per_token(model, prompt_tokens: int) -> int:
@@ -133,8 +134,12 @@ def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int
     # last, and take the highest (the conservative choice for the fraction).
     buf = memory.buffer(256 << 20)
     roofs: list[float] = []
-    speed = run(model, prompt_tokens, gen_tokens, repeats,
-                between=lambda: roofs.append(bandwidth.measure(threads, passes=2, repeats=1, buf=buf)["gbps"]))
+    computes: list[float] = []  # the int8 compute roof (`lowbit bench roof`), read beside the bandwidth
+
+    def probes():
+        roofs.append(bandwidth.measure(threads, passes=2, repeats=1, buf=buf)["gbps"])
+        computes.append(roof.measure(threads, min_time=0.05, repeats=2)["gmacs"])
+    speed = run(model, prompt_tokens, gen_tokens, repeats, between=probes)
     bw = {"gbps": max(roofs), "samples": roofs}
     # Each round against the higher of the two roofs read around it: the host's share can change
     # between rounds, and a round is only comparable with the bandwidth of its own minutes.
@@ -142,15 +147,17 @@ def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int
     fractions = [tps * per_tok_bytes / (max(roofs[i], roofs[i + 1]) * 1e9) for i, tps in enumerate(speed["tg_rounds"])]
     per_tok = bytes_per_token(model, prompt_tokens + gen_tokens / 2)
     roof_tps = bw["gbps"] * 1e9 / per_tok["total"]
-    # Prefill against the int8 compute roof of the same threads (`lowbit bench roof`).
-    compute = roof.measure(threads)
+    # Prefill against the int8 compute roof of the same threads, each round against the higher of the two
+    # roofs read around it (as decode against the bandwidth).
     pp_macs = prefill_macs_per_token(model, prompt_tokens)
-    compute_fraction = speed["pp_tps"] * pp_macs / (compute["gmacs"] * 1e9)
+    compute_fractions = [tps * pp_macs / (max(computes[i], computes[i + 1]) * 1e9)
+                         for i, tps in enumerate(speed["pp_rounds"])]
     return {"model": label, "threads": threads, **speed, **describe(model), "bytes_per_token": per_tok,
             "bandwidth_gbps": bw["gbps"], "bandwidth_samples": bw["samples"], "roofline_tps": roof_tps, "roofline_fraction": float(np.mean(fractions)),
             "roofline_fraction_sd": float(np.std(fractions)),
-            "prefill_macs_per_token": pp_macs, "int8_roof_gmacs": compute["gmacs"],
-            "prefill_gmacs": speed["pp_tps"] * pp_macs / 1e9, "prefill_roof_fraction": compute_fraction,
+            "prefill_macs_per_token": pp_macs, "int8_roof_gmacs": max(computes), "int8_roof_samples": computes,
+            "prefill_gmacs": speed["pp_tps"] * pp_macs / 1e9, "prefill_roof_fraction": float(np.mean(compute_fractions)),
+            "prefill_roof_fraction_sd": float(np.std(compute_fractions)),
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "isa": lowbit.cpu_info()["isa"]}
 
@@ -169,8 +176,10 @@ def print_result(r: dict) -> None:
           f"{r['roofline_tps']:.1f} tok/s")
     print(f"  decode at {100 * r['roofline_fraction']:.0f} ± {100 * r['roofline_fraction_sd']:.0f}% of the roofline "
           f"(each round against the bandwidth read around it)")
-    print(f"  prefill at {100 * r['prefill_roof_fraction']:.0f}% of the int8 compute roof "
-          f"({r['int8_roof_gmacs']:.0f} G MAC/s with {r['threads']} thread(s), `lowbit bench roof`)")
+    print(f"  prefill at {100 * r['prefill_roof_fraction']:.0f} ± {100 * r['prefill_roof_fraction_sd']:.0f}% of the int8 "
+          f"compute roof (highest {r['int8_roof_gmacs']:.0f} G MAC/s of "
+          f"{', '.join(f'{x:.0f}' for x in r['int8_roof_samples'])} with {r['threads']} thread(s) read around the "
+          f"rounds, `lowbit bench roof`)")
     print(f"  peak memory (RSS) {r['peak_rss_bytes'] / 1e9:.2f} GB")
 
 

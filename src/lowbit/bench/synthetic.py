@@ -52,10 +52,13 @@ class _Values:
         return np.resize(np.roll(self.pool, int(self.rng.integers(len(self.pool)))), shape)
 
 
+_MERGE = "\u0120 \u0120"  # two spaces (byte-level "Ġ Ġ" -> "ĠĠ"): llama.cpp refuses a BPE vocabulary without merges
+
+
 def _vocab(n: int) -> list[str]:
     from lowbit.io.tokenizer_gguf import bytes_to_unicode
 
-    tokens = ["<|endoftext|>", "<|begin|>", "<|end|>"] + list(bytes_to_unicode().values())
+    tokens = ["<|endoftext|>", "<|begin|>", "<|end|>"] + list(bytes_to_unicode().values()) + [_MERGE.replace(" ", "")]
     return tokens + [f"<|unused{i}|>" for i in range(len(tokens), n)]
 
 
@@ -88,7 +91,7 @@ def write_gguf_f16(path: pathlib.Path, config: dict, seed: int = 0, values=None)
     w.add_tokenizer_pre("default")
     w.add_token_list(vocab)
     w.add_token_types([3 if t.startswith("<|") else 1 for t in vocab])
-    w.add_token_merges([])
+    w.add_token_merges([_MERGE])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     specs = tensors(config)

@@ -51,7 +51,17 @@ def resolve_group(group_size: int | None, k: int) -> int:
 
 
 def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
-    """uint8 codes [M, K] (each < 2**bits) -> packed uint8, flat [Mb*nch*256]."""
+    """uint8 codes [M, K] (each < 2**bits) -> packed uint8, flat [Mb*nch*256] (native, on the thread pool;
+    bit-identical to pack_codes_reference)."""
+    m, k = codes.shape
+    out = np.empty(-(-m // ROW_BLOCK) * padded_k(k) * ROW_BLOCK * bits // 8, np.uint8)
+    if m and k:
+        _native.pack_codes(np.ascontiguousarray(codes, np.uint8), m, k, bits, out)
+    return out
+
+
+def pack_codes_reference(codes: np.ndarray, bits: int) -> np.ndarray:
+    """The numpy reference of pack_codes."""
     m, k = codes.shape
     per = 8 // bits
     kc = 4 * per

@@ -148,7 +148,13 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
       for (int64_t i = 0; i < H; ++i) xr[i] += t[i];
     });
   };
-  for (const DecoderLayer& L : layers_) {
+  // The decode schedule across matrices: each GEMV's (and attention's) idle threads prefetch the start of
+  // the matrix that comes next. Not for prefill-sized steps (their GEMMs are bound by compute).
+  const bool hint = prefetch_next_ && R <= 64;
+  auto next_of = [&](const LinearRef* lin) { return hint ? next_prefetch(lin) : NextPrefetch{}; };
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const DecoderLayer& L = layers_[li];
+    const LinearRef* after_down = li + 1 < layers_.size() ? &layers_[li + 1].q : &head_;
     // attention: Q/K/V of all rows in one GEMM, then q/k norms, RoPE and the cache write per row
     for_rows(R, [&](int64_t r) { ops.rmsnorm(x + r * H, L.ln1, H, eps, xn + r * H); });
     laps.lap(kProfRest);
@@ -184,7 +190,8 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     {
       AttnCtx c{q, L.kc, L.vc, att, pos, slot, s_.n_heads, hd, s_.n_heads / s_.n_kv,
                 s_.max_ctx, slot_stride_, L.window, s_.softcap, s_.kv_f16, &ops};
-      pool_run(R * s_.n_heads, attn_task, &c);
+      const NextPrefetch nx = next_of(&L.o);
+      pool_run(R * s_.n_heads, attn_task, &c, &nx);
     }
     laps.lap(kProfAttn);
     if (L.attn_sub) for_rows(R, [&](int64_t r) { ops.rmsnorm(att + r * QD, L.attn_sub, QD, eps, att + r * QD); });
@@ -192,7 +199,8 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     {
       const LinearRef* lins[1] = {&L.o};
       float* ys[1] = {tmp};
-      run_linears(lins, ys, 1, att, R, act_);
+      const NextPrefetch nx = next_of(&L.gate);
+      run_linears(lins, ys, 1, att, R, act_, &nx);
     }
     laps.lap(kProfGemv);
     residual(L.post_attn);
@@ -202,7 +210,8 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     {
       const LinearRef* lins[2] = {&L.gate, &L.up};
       float* ys[2] = {g, u};
-      run_linears(lins, ys, 2, xn, R, act_);
+      const NextPrefetch nx = next_of(&L.down);
+      run_linears(lins, ys, 2, xn, R, act_, &nx);
     }
     laps.lap(kProfGemv);
     for_rows(R, [&](int64_t r) {
@@ -213,7 +222,8 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     {
       const LinearRef* lins[1] = {&L.down};
       float* ys[1] = {tmp};
-      run_linears(lins, ys, 1, g, R, act_);
+      const NextPrefetch nx = next_of(after_down);
+      run_linears(lins, ys, 1, g, R, act_, &nx);
     }
     laps.lap(kProfGemv);
     residual(L.post_ffn);

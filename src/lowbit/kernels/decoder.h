@@ -82,6 +82,9 @@ class Decoder {
   void set_profile(bool on);
   bool profiling() const { return prof_on_; }
   const StepProfile& profile(StepKind k) const { return prof_[k]; }
+  // The decode schedule across matrices (threads that finish a GEMV early prefetch the next matrix's
+  // first blocks); on by default, a switch for side-by-side measurements.
+  void set_prefetch_next(bool on) { prefetch_next_ = on; }
 
  private:
   // The one step: R rows, row r at position pos[r] of slot slot[r]; logits of rows [first_logit, R).
@@ -99,6 +102,7 @@ class Decoder {
   std::vector<float> xn_, q_, k_, v_, att_, g_, u_, tmp_;  // step scratch, [R][...]
   std::vector<int64_t> pos_, slot_;                        // forward's positions and slots, [N]
   bool prof_on_ = false;
+  bool prefetch_next_ = true;
   StepProfile prof_[kStepKinds];
 };
 

@@ -322,6 +322,13 @@ void bind_decoder(nb::module_& m) {
              self.d.set_profile(on);
            },
            nb::arg("on"), "profiling on (counters reset) or off; off costs nothing")
+      .def("set_prefetch_next",
+           [](PyDecoder& self, bool on) {
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(self.mu);
+             self.d.set_prefetch_next(on);
+           },
+           nb::arg("on"), "the decode schedule across matrices on (default) or off, for side-by-side measurements")
       .def("profile",
            [](PyDecoder& self) {
              nb::dict d;

@@ -11,6 +11,9 @@ namespace lowbit {
 namespace {
 constexpr int64_t kFloatBlocksPerTask = 8;
 constexpr int64_t kTokChunk = 64;  // prefill: tokens per task, so a small M still feeds every thread
+// What a thread that ran out of tasks prefetches of the next matrix: about what one core streams in the few
+// microseconds the others need to finish (L2 holds it easily).
+constexpr int64_t kIdlePrefetchBytes = 32 << 10;
 }  // namespace
 
 IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTable* k) {
@@ -102,7 +105,20 @@ ActQ quantize_input(const float* x, int64_t N, int64_t K, int64_t Kp, int64_t gr
 
 }  // namespace
 
-void run_linears(const LinearRef* const* lins, float* const* ys, int n, const float* x, int64_t N, ActScratch& s) {
+NextPrefetch next_prefetch(const LinearRef* next) {
+  NextPrefetch p;
+  if (!next || next->kind != 0) return p;
+  const IntWeights& w = next->iw;
+  const int64_t T = std::min<int64_t>(pool_threads(), NextPrefetch::kMax), block = w.nch() * 256;
+  const int64_t head = w.Mb * 4 / 5 / T;  // as make_int_job: T long runs of `head` blocks first
+  p.n = head >= 1 ? (int)T : 1;
+  for (int r = 0; r < p.n; ++r) p.starts[r] = (const char*)(w.codes + r * head * block);
+  p.bytes = std::min<int64_t>(kIdlePrefetchBytes, std::max<int64_t>(head, 1) * block);
+  return p;
+}
+
+void run_linears(const LinearRef* const* lins, float* const* ys, int n, const float* x, int64_t N, ActScratch& s,
+                 const NextPrefetch* next) {
   const KernelTable* k = &active_kernels();
   std::vector<bool> done(n, false);
   for (int i = 0; i < n; ++i) {
@@ -118,7 +134,7 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
         m.add(make_int_job(J.iw, a, ys[j], k));
         done[j] = true;
       }
-      pool_run(m.tasks(), multi_int_task, &m);
+      pool_run(m.tasks(), multi_int_task, &m, next);
     } else if (L.kind == 4) {  // float activations, zero-padded to Kp when K is not a multiple of v
       const float* xp = x;
       if (L.cb.Kp != L.K) {

@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "codebook.h"
+#include "thread_pool.h"
 #include "tq1.h"
 
 namespace lowbit {
@@ -63,7 +64,12 @@ struct ActScratch {
 };
 
 // ys[i] [N][M_i] = x [N][K] . W_i^T (+ b_i) for projections sharing x. Integer ones with the same Kp/group
-// run in one pool run on one quantization of x.
-void run_linears(const LinearRef* const* lins, float* const* ys, int n, const float* x, int64_t N, ActScratch& s);
+// run in one pool run on one quantization of x. next: the projection the caller runs after these (or
+// null): threads that finish early prefetch the starts of its first runs (NextPrefetch).
+void run_linears(const LinearRef* const* lins, float* const* ys, int n, const float* x, int64_t N, ActScratch& s,
+                 const NextPrefetch* next = nullptr);
+// The hint for `next` (n = 0 when it is not an integer-code weight): the starts of the long runs its GEMV
+// gives each thread first (make_int_job), `bytes` of each.
+NextPrefetch next_prefetch(const LinearRef* next);
 
 }  // namespace lowbit

@@ -239,6 +239,27 @@ void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   pool_run((n + kBf16Chunk - 1) / kBf16Chunk, bf16_task, &J);
 }
 
+namespace {
+struct PackJob {
+  const uint8_t* codes;
+  int64_t M, K, Kp;
+  int bits;
+  uint8_t* out;
+};
+void pack_task(void* ctx, int64_t blk) {
+  const PackJob& J = *static_cast<PackJob*>(ctx);
+  std::vector<uint8_t> rows(kRows * J.Kp, 0);  // the block's rows, zero-padded to 64 x Kp
+  for (int64_t i = 0; i < kRows && blk * kRows + i < J.M; ++i)
+    std::memcpy(rows.data() + i * J.Kp, J.codes + (blk * kRows + i) * J.K, J.K);
+  pack_block(rows.data(), J.Kp, J.bits, J.out + blk * kRows * J.Kp * J.bits / 8);
+}
+}  // namespace
+
+void pack_codes(const uint8_t* codes, int64_t M, int64_t K, int bits, uint8_t* out) {
+  PackJob J{codes, M, K, (K + kKAlign - 1) / kKAlign * kKAlign, bits, out};
+  pool_run((M + kRows - 1) / kRows, pack_task, &J);
+}
+
 void quantize_int(const QuantSource& src, const QuantSpec& spec, const QuantOut& out) {
   QuantJob J;
   J.src = src;

@@ -67,6 +67,9 @@ void ternary_stats(const QuantSource& src, int64_t group, int64_t G, double* sum
 void ternary_pack(const QuantSource& src, const float* a, int64_t group, int64_t G, bool tq1, uint8_t* codes,
                   uint16_t* scale);
 
+// codes uint8 [M][K] (each < 2^bits) -> the packed tiles of common.h (formats.intcodes.pack_codes), on the pool.
+void pack_codes(const uint8_t* codes, int64_t M, int64_t K, int bits, uint8_t* out);
+
 // bf16 bits of n float32 values (formats.floats.f32_to_bf16_bits), on the thread pool.
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
 

@@ -162,6 +162,16 @@ void bind_quantize(nb::module_& m) {
   m.def("gguf_ternary", &gguf_ternary_py, nb::arg("data"), nb::arg("type"), nb::arg("K"), nb::arg("rows").none(),
         nb::arg("M"), nb::arg("t").noconvert(), nb::arg("d").noconvert(),
         "TQ1_0/TQ2_0 blocks -> codes t int8 [M * K] and scales d [M * K / 256]; False if a TQ2_0 code is 3.");
+  m.def("pack_codes", [](nb::ndarray<const uint8_t, nb::c_contig, nb::device::cpu> codes, int64_t M, int64_t K, int bits,
+                        Vec<uint8_t> out) {
+          require(M > 0 && K > 0 && (int64_t)codes.size() == M * K, "pack_codes: codes must hold M * K values");
+          require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "pack_codes: bits must be 1, 2, 4 or 8");
+          const int64_t Kp = (K + 63) / 64 * 64, Mb = (M + 63) / 64;
+          require((int64_t)out.shape(0) == Mb * Kp * 64 * bits / 8, "pack_codes: out has the wrong size");
+          nb::gil_scoped_release release;
+          pack_codes(codes.data(), M, K, bits, out.data());
+        }, nb::arg("codes"), nb::arg("M"), nb::arg("K"), nb::arg("bits"), nb::arg("out").noconvert(),
+        "uint8 codes [M, K] (each < 2**bits) -> the packed tiles (formats.intcodes.pack_codes).");
   m.def("f32_to_bf16", [](nb::ndarray<const float, nb::c_contig, nb::device::cpu> src, Vec<uint16_t> dst) {
           require((int64_t)dst.shape(0) == (int64_t)src.size(), "f32_to_bf16: dst must have src's size");
           nb::gil_scoped_release release;

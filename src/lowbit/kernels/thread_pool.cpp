@@ -62,6 +62,19 @@ struct Pool {
   std::atomic<bool> prof{false};
   std::atomic<uint64_t> idle_ticks{0};
   std::vector<std::atomic<uint64_t>> last_end = std::vector<std::atomic<uint64_t>>(kMaxThreads);
+  // the next run's weights (NextPrefetch), set by the caller before a run and cleared after it
+  std::atomic<const char*> pf_start[NextPrefetch::kMax] = {};
+  std::atomic<int> pf_n{0};
+  std::atomic<int64_t> pf_bytes{0};
+
+  void idle_prefetch(int tid) {
+    const int n = pf_n.load(std::memory_order_relaxed);
+    if (n <= 0) return;
+    const char* p = pf_start[tid % n].load(std::memory_order_relaxed);
+    const int64_t bytes = pf_bytes.load(std::memory_order_relaxed);
+    if (!p) return;
+    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);  // into L2
+  }
 
   static uint64_t pack(uint64_t job, uint64_t n, uint64_t i) {
     return (job << (2 * kIdxBits)) | (n << kIdxBits) | i;
@@ -80,12 +93,16 @@ struct Pool {
     }
   }
 
-  void drain(uint64_t job_id, int tid) {
+  // Returns how many tasks this thread ran.
+  int64_t drain(uint64_t job_id, int tid) {
+    int64_t ran = 0;
     for (int64_t t; claim(job_id, t);) {
       fn(ctx, t);
       if (prof.load(std::memory_order_relaxed)) last_end[tid].store(cycle_ticks(), std::memory_order_relaxed);
       done.fetch_add(1, std::memory_order_acq_rel);
+      ++ran;
     }
+    return ran;
   }
 
   // `seen` is the generation at creation: a job (or stop) posted before the thread first runs is not missed.
@@ -108,7 +125,7 @@ struct Pool {
       }
       seen = g;
       if (stop.load()) return;
-      drain(ticket.load(std::memory_order_acquire) >> (2 * kIdxBits), tid);
+      if (drain(ticket.load(std::memory_order_acquire) >> (2 * kIdxBits), tid) > 0) idle_prefetch(tid);
     }
   }
 
@@ -144,6 +161,7 @@ struct Pool {
     generation.fetch_add(1);  // seq_cst: pairs with the sleeping counter (no lost wake-up)
     if (sleeping.load() > 0) { std::lock_guard<std::mutex> lock(mu); cv.notify_all(); }
     drain(job, 0);
+    idle_prefetch(0);
     for (int spins = 0; done.load(std::memory_order_acquire) < n; ++spins) {
       if (spins < kPauseIters) LOWBIT_PAUSE();
       else std::this_thread::yield();
@@ -159,12 +177,22 @@ struct Pool {
     }
   }
 
-  void run(int64_t n, TaskFn f, void* c, int threads) {
+  void run(int64_t n, TaskFn f, void* c, int threads, const NextPrefetch* next) {
     std::lock_guard<std::mutex> guard(run_mu);
     if ((int)workers.size() != threads - 1) start(threads);  // first use, or the first use after fork()
     if (workers.empty() || n <= 1) {
       for (int64_t t = 0; t < n; ++t) f(c, t);
       return;
+    }
+    struct ClearNext {  // the hint holds for this run only
+      Pool* p;
+      ~ClearNext() { p->pf_n.store(0, std::memory_order_relaxed); }
+    } clear{this};
+    if (next && next->n > 0) {
+      const int m = std::min(next->n, NextPrefetch::kMax);
+      for (int i = 0; i < m; ++i) pf_start[i].store(next->starts[i], std::memory_order_relaxed);
+      pf_bytes.store(next->bytes, std::memory_order_relaxed);
+      pf_n.store(m, std::memory_order_relaxed);  // published to the workers with the ticket (release)
     }
     struct Slice { TaskFn f; void* c; int64_t base; };
     for (int64_t base = 0; base < n; base += kMaxTasks) {
@@ -315,7 +343,11 @@ int pool_threads() { return g_threads.load(std::memory_order_relaxed); }
 
 int pool_sleeping() { return pool().sleeping.load(); }
 
-void pool_run(int64_t ntasks, TaskFn fn, void* ctx) { pool().run(ntasks, fn, ctx, g_threads.load()); }
+void pool_run(int64_t ntasks, TaskFn fn, void* ctx) { pool().run(ntasks, fn, ctx, g_threads.load(), nullptr); }
+
+void pool_run(int64_t ntasks, TaskFn fn, void* ctx, const NextPrefetch* next) {
+  pool().run(ntasks, fn, ctx, g_threads.load(), next);
+}
 
 uint64_t cycle_ticks() {
 #if defined(__x86_64__) || defined(_M_X64)

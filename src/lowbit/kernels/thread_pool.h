@@ -16,6 +16,16 @@ void pool_set_threads(int n);   // 1 <= n <= kMaxThreads; the caller is one of t
 int pool_threads();
 // Runs fn(ctx, t) for t in [0, ntasks) on the pool and the calling thread; returns when all are done.
 void pool_run(int64_t ntasks, TaskFn fn, void* ctx);
+// What the caller will stream right after this run (the decode schedule across matrices): a thread that
+// runs out of tasks prefetches `bytes` from starts[tid % n] into its L2 while the others finish, so the
+// memory stream keeps going through the join. Prefetches are hints: a stale address cannot fault.
+struct NextPrefetch {
+  static constexpr int kMax = 8;
+  const char* starts[kMax] = {};
+  int n = 0;
+  int64_t bytes = 0;
+};
+void pool_run(int64_t ntasks, TaskFn fn, void* ctx, const NextPrefetch* next);
 // Workers parked on the condition variable (not spinning) right now: for the idle test.
 int pool_sleeping();
 
