@@ -4,6 +4,17 @@
 #pragma once
 #include <cstdint>
 
+// asm text shared by the probes: the 12 accumulators (xmm0-11; a VEX vpxor zeroes the whole ymm/zmm) start
+// at zero, and every probe clobbers the 16 vector registers it names.
+#define LOWBIT_ROOF_ZERO_ACCUMULATORS                                                                  \
+  "vpxor %%xmm0, %%xmm0, %%xmm0\n\tvpxor %%xmm1, %%xmm1, %%xmm1\n\tvpxor %%xmm2, %%xmm2, %%xmm2\n\t"       \
+  "vpxor %%xmm3, %%xmm3, %%xmm3\n\tvpxor %%xmm4, %%xmm4, %%xmm4\n\tvpxor %%xmm5, %%xmm5, %%xmm5\n\t"       \
+  "vpxor %%xmm6, %%xmm6, %%xmm6\n\tvpxor %%xmm7, %%xmm7, %%xmm7\n\tvpxor %%xmm8, %%xmm8, %%xmm8\n\t"       \
+  "vpxor %%xmm9, %%xmm9, %%xmm9\n\tvpxor %%xmm10, %%xmm10, %%xmm10\n\tvpxor %%xmm11, %%xmm11, %%xmm11\n\t"
+#define LOWBIT_ROOF_CLOBBERS                                                                               \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", \
+      "xmm13", "xmm14", "xmm15", "cc"
+
 namespace lowbit {
 
 // Runs `iters` iterations of one ISA's probe on the calling thread; returns the MACs done.

@@ -11,18 +11,7 @@ uint64_t roof_probe_avx512(int64_t iters) {
   int64_t n = iters;
   // Written in asm: the compiler would share the identical products or spill the accumulators.
   __asm__ volatile(
-      "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
-      "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
-      "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
-      "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
-      "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
-      "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
-      "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
-      "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
-      "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
-      "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
-      "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
-      "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
+      LOWBIT_ROOF_ZERO_ACCUMULATORS
       "vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n\t"
       "vpabsb %%zmm12, %%zmm13\n\t"
       "vpsrlw $1, %%zmm12, %%zmm14\n\t"
@@ -44,7 +33,7 @@ uint64_t roof_probe_avx512(int64_t iters) {
       "vzeroupper\n\t"
       : [n] "+r"(n)
       :
-      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc");
+      : LOWBIT_ROOF_CLOBBERS);
   return (uint64_t)iters * 12 * 64;
 }
 
