@@ -87,3 +87,38 @@ def test_native_decode_families(isa, family, fmt):
         assert errs[-1] < 1e-5, errs
     else:
         assert errs[len(errs) // 2] < 1e-4 and errs[-1] < 5e-2, errs
+
+
+@pytest.mark.parametrize("family,fmt", [("llama", "f32"), ("llama", "bf16"), ("llama", "int4"), ("gemma2", "int8")])
+def test_decode_token_gathers_the_embedding_natively(isa, family, fmt):
+    """Model.decode passes the token id and the C++ side gathers (bf16 -> f32, Gemma's scale) the row:
+    bitwise the logits of decode() on the numpy-gathered embedding, on every ISA."""
+    cfg = {**config(family), "hidden_act": "silu", **FAMILY_EXTRAS.get(family, {})}
+    model = Model.from_weights(cfg, dummy_weights(cfg, std=0.2), format=fmt, max_context=16)
+    native = model._native_decoder()
+    assert isinstance(native, NativeDecoder) and native.has_embedding
+    assert (model.embed_scale is not None) == (family == "gemma2")
+    model.prefill([1, 2, 3])
+    for t in [0, 7, 299]:
+        pos = model.cache.length
+        got = model.decode(t)  # decode_token
+        model.cache.length = pos
+        del model.cache.tokens[pos:]
+        want = model.cap_logits(native.decode(model.embed_ids([t])[0], pos))
+        np.testing.assert_array_equal(got, want)
+
+
+def test_decode_token_bad_input_errors():
+    cfg = config("llama")
+    model = Model.from_weights(cfg, dummy_weights(cfg), format="int8", max_context=16)
+    native = model._native_decoder()
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        native.decode_token(300, 0)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        native.decode_token(-1, 0)
+    with pytest.raises(ValueError, match="position outside the cache"):
+        native.decode_token(1, 16)
+    with pytest.raises(ValueError, match="table must be"):
+        native._dec.set_embedding(np.zeros((300, 7), np.float32), 1.0)
+    with pytest.raises(ValueError, match="table must be"):
+        native._dec.set_embedding(np.zeros((300, 128), np.float64), 1.0)

@@ -7,10 +7,12 @@
 #include <nanobind/stl/string.h>
 
 #include <cmath>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "common.h"
 #include "decoder.h"
 #include "dispatch.h"
 #include "py_args.h"
@@ -28,6 +30,14 @@ struct PyDecoder {
   Decoder d;
   std::vector<nb::object> keep;
   std::mutex mu;
+  // The token embedding table for decode_token (set_embedding): float32 or bf16 bits [vocab][hidden].
+  // Gathering the row here, after the GIL is released, keeps numpy off the token's path: run right after
+  // a step has streamed the weights through the caches, the numpy gather took ~70 us.
+  const float* emb_f32 = nullptr;
+  const uint16_t* emb_bf16 = nullptr;
+  int64_t emb_vocab = 0;
+  float emb_scale = 1.f;
+  std::vector<float> xtok;
   PyDecoder(const DecoderShape& s, const float* c, const float* sn) : d(s, c, sn) {}
 };
 
@@ -241,6 +251,53 @@ void bind_decoder(nb::module_& m) {
              self.d.decode(x.data(), pos, logits.data());
            },
            nb::arg("x"), nb::arg("pos"), nb::arg("logits"))
+      .def("set_embedding",
+           [](PyDecoder& self, nb::handle table, float scale) {
+             const int64_t hidden = self.d.shape().hidden;
+             if (nb::isinstance<nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>>(table)) {
+               auto t = nb::cast<nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>>(table);
+               require((int64_t)t.shape(1) == hidden && t.shape(0) >= 1, "set_embedding: table must be [vocab, hidden]");
+               self.emb_f32 = t.data(), self.emb_bf16 = nullptr, self.emb_vocab = (int64_t)t.shape(0);
+             } else if (nb::isinstance<nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>>(table)) {
+               auto t = nb::cast<nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>>(table);
+               require((int64_t)t.shape(1) == hidden && t.shape(0) >= 1, "set_embedding: table must be [vocab, hidden]");
+               self.emb_bf16 = t.data(), self.emb_f32 = nullptr, self.emb_vocab = (int64_t)t.shape(0);
+             } else {
+               fail("set_embedding: table must be a C-contiguous float32 or bf16-bits uint16 array [vocab, hidden]");
+             }
+             require(std::isfinite(scale), "set_embedding: scale must be finite");
+             self.emb_scale = scale;
+             self.xtok.assign(hidden, 0.f);
+             self.keep.push_back(nb::borrow(table));
+           },
+           nb::arg("table"), nb::arg("scale"), "the token embedding [vocab, hidden] (float32 or bf16 bits) for decode_token")
+      .def("decode_token",
+           [](PyDecoder& self, int64_t token, int64_t pos, nb::handle hlogits) {
+             require(self.d.has_output(), "decode_token: the output layer is not set (call set_output first)");
+             require(self.emb_vocab > 0, "decode_token: no embedding (call set_embedding first)");
+             if (token < 0 || token >= self.emb_vocab)
+               fail("decode_token: token id " + std::to_string(token) + " outside the vocabulary [0, " + std::to_string(self.emb_vocab) + ")");
+             auto logits = out<float, 1>(hlogits, "decode_token: logits");
+             if (logits.shape(0) != (size_t)self.d.vocab())
+               fail("decode_token: logits must be [vocab] = [" + std::to_string(self.d.vocab()) + "]");
+             require(pos >= 0 && pos < self.d.shape().max_ctx, "decode_token: position outside the cache");
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(self.mu);
+             const int64_t hidden = self.d.shape().hidden;
+             float* x = self.xtok.data();
+             if (self.emb_f32) {
+               std::memcpy(x, self.emb_f32 + token * hidden, sizeof(float) * hidden);
+             } else {
+               const uint16_t* row = self.emb_bf16 + token * hidden;
+               for (int64_t i = 0; i < hidden; ++i) x[i] = bf16_to_f32(row[i]);
+             }
+             if (self.emb_scale != 1.f)
+               for (int64_t i = 0; i < hidden; ++i) x[i] *= self.emb_scale;
+             KernelsRunning running(settings_mutex());
+             self.d.decode(x, pos, logits.data());
+           },
+           nb::arg("token"), nb::arg("pos"), nb::arg("logits"),
+           "decode() of a token id: its embedding row gathered (and scaled) natively")
       // The multi-slot cache of batched decoding: k, v are the whole [layers, slots, kv_heads, max_ctx, hd]
       // arrays whose slot 0 each layer's kc/vc is; every slot of every layer must lie inside them.
       .def("set_slots",

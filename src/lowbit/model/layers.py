@@ -54,18 +54,18 @@ class Embedding:
     def __init__(self, table):
         self.table = table
         if isinstance(table, BF16Weight):
-            bits = table.w
+            bits = self.rows_source = table.w
             self._rows = lambda ids: bf16_bits_to_f32(bits[ids])
         elif isinstance(table, F32Weight):
-            t = table.w
+            t = self.rows_source = table.w
             self._rows = lambda ids: t[ids]
         elif isinstance(table, PackedWeight):
             warnings.warn(f"embedding stored as {table.format}: dequantizing the whole table once "
                           "(store it as bf16 or f32 to gather rows directly)", stacklevel=3)
-            t = table.dequantize()
+            t = self.rows_source = table.dequantize()
             self._rows = lambda ids: t[ids]
         else:
-            t = np.ascontiguousarray(table, np.float32)
+            t = self.rows_source = np.ascontiguousarray(table, np.float32)
             self.table = t
             self._rows = lambda ids: t[ids]
         self.shape = tuple(int(s) for s in self.table.shape)

@@ -422,7 +422,10 @@ class Model:
         nat = self._native_decoder()
         if nat is None:
             return self.decode_python(token)
-        logits = self.cap_logits(nat.decode(self.embed_ids([token])[0], pos))  # embedding [hidden] -> [vocab]
+        if nat.has_embedding:
+            logits = self.cap_logits(nat.decode_token(token, pos))  # the row gathered natively -> [vocab]
+        else:
+            logits = self.cap_logits(nat.decode(self.embed_ids([token])[0], pos))  # embedding [hidden] -> [vocab]
         c.length = pos + 1
         c.tokens.append(int(token))
         return logits

@@ -46,6 +46,7 @@ class NativeDecoder:
     def __init__(self, dec, vocab: int, keep: list):
         self._dec = dec
         self._keep = keep  # the arrays the C++ side points into
+        self.has_embedding = False  # set_embedding took the model's table: decode_token works
         self.vocab = vocab
 
     @classmethod
@@ -89,12 +90,25 @@ class NativeDecoder:
             dec.set_slots(len(slots), slots.slot_stride, k_all, v_all)  # checks every slot lies inside
             keep.append(slots)
         dec.set_output(model.norm, head)
-        return cls(dec, model.lm_head.shape[0], keep)
+        nat = cls(dec, model.lm_head.shape[0], keep)
+        try:  # the embedding row gathered natively (decode_token); a table it cannot take keeps the numpy gather
+            scale = 1.0 if model.embed_scale is None else float(model.embed_scale)
+            dec.set_embedding(model.embed.rows_source, scale)
+            nat.has_embedding = True
+        except (ValueError, TypeError, AttributeError):
+            pass
+        return nat
 
     def decode(self, x: np.ndarray, pos: int) -> np.ndarray:
         """x: float32 [hidden] (the token's embedding, overwritten) at position pos -> logits float32 [vocab]."""
         logits = np.empty(self.vocab, np.float32)
         self._dec.decode(x, pos, logits)
+        return logits
+
+    def decode_token(self, token: int, pos: int) -> np.ndarray:
+        """decode() of a token id, its embedding row gathered natively (needs has_embedding) -> logits [vocab]."""
+        logits = np.empty(self.vocab, np.float32)
+        self._dec.decode_token(int(token), pos, logits)
         return logits
 
     def forward(self, x: np.ndarray, pos: int, logits_of: str = "last", slot: int = 0) -> np.ndarray | None:
