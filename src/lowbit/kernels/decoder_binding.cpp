@@ -109,6 +109,31 @@ In<float, 1> norm_weight(nb::handle h, const char* what, int64_t n) {
   return a;
 }
 
+// decode / decode_token: the output layer set, logits [vocab], pos inside the cache (what: the call's name,
+// logits_name: "<what>: logits"; messages are built only on failure, this runs every token).
+float* checked_decode_logits(PyDecoder& self, nb::handle hlogits, int64_t pos, const char* what, const char* logits_name) {
+  if (!self.d.has_output()) fail(std::string(what) + ": the output layer is not set (call set_output first)");
+  auto logits = out<float, 1>(hlogits, logits_name);
+  if (logits.shape(0) != (size_t)self.d.vocab())
+    fail(std::string(what) + ": logits must be [vocab] = [" + std::to_string(self.d.vocab()) + "], got " +
+         std::to_string(logits.shape(0)));
+  if (pos < 0 || pos >= self.d.shape().max_ctx) fail(std::string(what) + ": position outside the cache");
+  return logits.data();
+}
+
+// set_embedding: a C-contiguous [vocab, hidden] table of T; false when `table` is not an array of T.
+template <typename T>
+bool take_embedding(PyDecoder& self, nb::handle table, const T*& dst) {
+  using Table = nb::ndarray<const T, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+  if (!nb::isinstance<Table>(table)) return false;
+  auto t = nb::cast<Table>(table);
+  require((int64_t)t.shape(1) == self.d.shape().hidden && t.shape(0) >= 1, "set_embedding: table must be [vocab, hidden]");
+  self.emb_f32 = nullptr, self.emb_bf16 = nullptr;
+  dst = t.data();
+  self.emb_vocab = (int64_t)t.shape(0);
+  return true;
+}
+
 nb::dict profile_dict(const StepProfile& p) {
   static const char* names[kProfCats] = {"gemv", "join", "attention", "lm_head", "rest"};
   nb::dict d;
@@ -238,49 +263,31 @@ void bind_decoder(nb::module_& m) {
            nb::arg("norm"), nb::arg("head"))
       .def("decode",
            [](PyDecoder& self, nb::handle hx, int64_t pos, nb::handle hlogits) {
-             require(self.d.has_output(), "decode: the output layer is not set (call set_output first)");
+             float* logits = checked_decode_logits(self, hlogits, pos, "decode", "decode: logits");
              auto x = out<float, 1>(hx, "decode: x");
-             auto logits = out<float, 1>(hlogits, "decode: logits");
              require(x.shape(0) == (size_t)self.d.shape().hidden, "decode: x must be [hidden]");
-             if (logits.shape(0) != (size_t)self.d.vocab())
-               fail("decode: logits must be [vocab] = [" + std::to_string(self.d.vocab()) + "], got " + std::to_string(logits.shape(0)));
-             require(pos >= 0 && pos < self.d.shape().max_ctx, "decode: position outside the cache");
              nb::gil_scoped_release release;
              std::lock_guard<std::mutex> lock(self.mu);
              KernelsRunning running(settings_mutex());
-             self.d.decode(x.data(), pos, logits.data());
+             self.d.decode(x.data(), pos, logits);
            },
            nb::arg("x"), nb::arg("pos"), nb::arg("logits"))
       .def("set_embedding",
            [](PyDecoder& self, nb::handle table, float scale) {
-             const int64_t hidden = self.d.shape().hidden;
-             if (nb::isinstance<nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>>(table)) {
-               auto t = nb::cast<nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>>(table);
-               require((int64_t)t.shape(1) == hidden && t.shape(0) >= 1, "set_embedding: table must be [vocab, hidden]");
-               self.emb_f32 = t.data(), self.emb_bf16 = nullptr, self.emb_vocab = (int64_t)t.shape(0);
-             } else if (nb::isinstance<nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>>(table)) {
-               auto t = nb::cast<nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>>(table);
-               require((int64_t)t.shape(1) == hidden && t.shape(0) >= 1, "set_embedding: table must be [vocab, hidden]");
-               self.emb_bf16 = t.data(), self.emb_f32 = nullptr, self.emb_vocab = (int64_t)t.shape(0);
-             } else {
-               fail("set_embedding: table must be a C-contiguous float32 or bf16-bits uint16 array [vocab, hidden]");
-             }
              require(std::isfinite(scale), "set_embedding: scale must be finite");
+             if (!take_embedding(self, table, self.emb_f32) && !take_embedding(self, table, self.emb_bf16))
+               fail("set_embedding: table must be a C-contiguous float32 or bf16-bits uint16 array [vocab, hidden]");
              self.emb_scale = scale;
-             self.xtok.assign(hidden, 0.f);
+             self.xtok.assign(self.d.shape().hidden, 0.f);
              self.keep.push_back(nb::borrow(table));
            },
            nb::arg("table"), nb::arg("scale"), "the token embedding [vocab, hidden] (float32 or bf16 bits) for decode_token")
       .def("decode_token",
            [](PyDecoder& self, int64_t token, int64_t pos, nb::handle hlogits) {
-             require(self.d.has_output(), "decode_token: the output layer is not set (call set_output first)");
+             float* logits = checked_decode_logits(self, hlogits, pos, "decode_token", "decode_token: logits");
              require(self.emb_vocab > 0, "decode_token: no embedding (call set_embedding first)");
              if (token < 0 || token >= self.emb_vocab)
                fail("decode_token: token id " + std::to_string(token) + " outside the vocabulary [0, " + std::to_string(self.emb_vocab) + ")");
-             auto logits = out<float, 1>(hlogits, "decode_token: logits");
-             if (logits.shape(0) != (size_t)self.d.vocab())
-               fail("decode_token: logits must be [vocab] = [" + std::to_string(self.d.vocab()) + "]");
-             require(pos >= 0 && pos < self.d.shape().max_ctx, "decode_token: position outside the cache");
              nb::gil_scoped_release release;
              std::lock_guard<std::mutex> lock(self.mu);
              const int64_t hidden = self.d.shape().hidden;
@@ -294,7 +301,7 @@ void bind_decoder(nb::module_& m) {
              if (self.emb_scale != 1.f)
                for (int64_t i = 0; i < hidden; ++i) x[i] *= self.emb_scale;
              KernelsRunning running(settings_mutex());
-             self.d.decode(x, pos, logits.data());
+             self.d.decode(x, pos, logits);
            },
            nb::arg("token"), nb::arg("pos"), nb::arg("logits"),
            "decode() of a token id: its embedding row gathered (and scaled) natively")

@@ -423,9 +423,10 @@ class Model:
         if nat is None:
             return self.decode_python(token)
         if nat.has_embedding:
-            logits = self.cap_logits(nat.decode_token(token, pos))  # the row gathered natively -> [vocab]
+            logits = nat.decode_token(token, pos)  # the embedding row gathered natively -> [vocab]
         else:
-            logits = self.cap_logits(nat.decode(self.embed_ids([token])[0], pos))  # embedding [hidden] -> [vocab]
+            logits = nat.decode(self.embed_ids([token])[0], pos)  # embedding [hidden] -> [vocab]
+        logits = self.cap_logits(logits)
         c.length = pos + 1
         c.tokens.append(int(token))
         return logits
