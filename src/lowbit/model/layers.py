@@ -79,6 +79,15 @@ class Embedding:
         return Linear(as_packed(self.table))
 
 
+def soft_cap_(x: np.ndarray, cap: float | None) -> np.ndarray:
+    """Soft-capping in place (Gemma 2's attention scores and final logits): x -> cap * tanh(x / cap); None: x."""
+    if cap is not None:
+        x *= np.float32(1.0 / cap)
+        np.tanh(x, out=x)
+        x *= np.float32(cap)
+    return x
+
+
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """x: float32 [N, D], w: float32 [D] -> x / sqrt(mean(x^2) + eps) * w (a new array)."""
     if x.shape[0] == 1:  # decode: one row, fewest numpy calls

@@ -24,7 +24,7 @@ from lowbit._runtime import single_threaded_blas
 from lowbit.formats import Activations, PackedWeight, matmul_many
 from lowbit.model.config import ModelArgs, check_supported, sliding_window_active
 from lowbit.model.kv_cache import KVCache
-from lowbit.model.layers import ACTIVATIONS, Embedding, Linear, Rope, as_packed, rms_norm
+from lowbit.model.layers import ACTIVATIONS, Embedding, Linear, Rope, as_packed, rms_norm, soft_cap_
 
 DEFAULT_MAX_CONTEXT = 8192  # cap on the cache when neither the config nor the user asks for less
 PREFILL_CHUNK = 512  # prompt tokens per prefill step: bounds the [heads, n, ctx] score buffers
@@ -126,11 +126,7 @@ class Block:
 
     def _cap_(self, s: np.ndarray) -> np.ndarray:
         """Attention logit soft-capping in place (Gemma 2): s -> c * tanh(s / c)."""
-        if self.softcap is not None:
-            s *= np.float32(1.0 / self.softcap)
-            np.tanh(s, out=s)
-            s *= np.float32(self.softcap)
-        return s
+        return soft_cap_(s, self.softcap)
 
     def _kv(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """The filled cache, float32 [kv_heads, t, hd] each (a float16 cache is widened once: numpy's
@@ -339,11 +335,7 @@ class Model:
 
     def cap_logits(self, logits: np.ndarray) -> np.ndarray:
         """Final logit soft-capping in place where the family has it: logits -> c * tanh(logits / c)."""
-        if self.final_softcap is not None:
-            logits *= np.float32(1.0 / self.final_softcap)
-            np.tanh(logits, out=logits)
-            logits *= np.float32(self.final_softcap)
-        return logits
+        return soft_cap_(logits, self.final_softcap)
 
     # ---- running ---------------------------------------------------------------------------
     def reset(self) -> None:
