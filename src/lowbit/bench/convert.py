@@ -9,7 +9,6 @@ Two figures per (source, format):
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ import time
 
 import numpy as np
 
+from lowbit.bench import print_json
 from lowbit.bench.synthetic import KINDS, SHAPES, synthetic_config, tensors, write_synthetic
 
 DEFAULT_DIR = "/tmp/lowbit-bench-convert"
@@ -129,8 +129,7 @@ def main(args) -> int:
     res = run(args.shape, kinds, formats, args.threads, args.dir, args.keep,
               progress=(lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr)))
     if args.json:
-        json.dump(res, sys.stdout, indent=1)
-        print()
+        print_json(res)
     else:
         print_table(res)
     return 0

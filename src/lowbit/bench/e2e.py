@@ -6,7 +6,6 @@ model shape with random weights, against the roofline (bytes read per token / me
 """
 from __future__ import annotations
 
-import json
 import resource
 import sys
 import time
@@ -14,7 +13,7 @@ import time
 import numpy as np
 
 import lowbit
-from lowbit.bench import bandwidth, memory, roof
+from lowbit.bench import bandwidth, memory, print_json, roof
 from lowbit.bench.gemv import random_weight
 from lowbit.bench.shapes import MODEL_SHAPES
 from lowbit.formats import PackedWeight
@@ -227,8 +226,7 @@ def main(args) -> int:
 
         res["profile"] = step_profile(model, args.prompt_tokens, args.gen_tokens, repeats=max(1, args.repeats - 1))
     if args.json:
-        json.dump(res, sys.stdout, indent=1)
-        print()
+        print_json(res)
     else:
         print_result(res)
         if args.profile:

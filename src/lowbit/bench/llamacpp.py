@@ -21,6 +21,8 @@ import sys
 
 import numpy as np
 
+from lowbit.bench import print_json
+
 LOWBIT_FORMAT = {"TQ2_0": "ternary", "TQ1_0": "tq1", "Q4_0": "int4", "Q4_1": "int4", "Q8_0": "int8"}
 OUTPUT_TYPE = {"int8": "q8_0", "int4": "q4_1"}  # llama-quantize --output-tensor-type per lowbit lm_head format
 
@@ -213,8 +215,7 @@ def main(args) -> int:
               args.prompt_tokens, args.gen_tokens, args.repeats, args.rounds, args.workdir,
               log=lambda s: print(s, file=sys.stderr, flush=True))
     if args.json:
-        json.dump(res, sys.stdout, indent=1)
-        print()
+        print_json(res)
     else:
         print_table(res)
     return 0

@@ -18,7 +18,6 @@ linear in the rows. Rows say so ("slab"). Indices are built block by block from 
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -27,6 +26,7 @@ import numpy as np
 
 import lowbit
 from lowbit import _native
+from lowbit.bench import print_json
 from lowbit.bench.gemv import ROTATE_L3_FACTOR, l3_bytes, random_weight, time_matmul
 from lowbit.bench.shapes import MODEL_SHAPES, linear_shapes
 from lowbit.formats.rsr_index import RSRIndex
@@ -346,8 +346,7 @@ def main(args) -> int:
         from lowbit.bench.plot import plot_rsr
         res["plot"] = str(plot_rsr(res, args.plot))
     if args.json:
-        json.dump(res, sys.stdout, indent=1)
-        print()
+        print_json(res)
     else:
         print_rsr(res)
     return 0

@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 import lowbit
+from lowbit.bench import print_json
 from lowbit.bench.shapes import MODEL_SHAPES
 
 
@@ -205,8 +206,7 @@ def main(args) -> int:
     res = bench(llm, clients, args.requests, args.prompt_tokens, args.gen_tokens, args.max_batch, args.timeout,
                 label=label)
     if args.json:
-        json.dump(res, sys.stdout, indent=1)
-        print()
+        print_json(res)
     else:
         print_result(res)
     return 0 if all(lv["failed"] == 0 and lv["lost"] == 0 for lv in res["levels"]) else 1

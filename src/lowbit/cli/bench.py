@@ -3,8 +3,9 @@ bandwidth and int8 compute roof (and beside llama.cpp)."""
 from __future__ import annotations
 
 import importlib
-import json
 import sys
+
+from lowbit.bench import print_json
 
 
 def add_parser(sub) -> None:
@@ -73,8 +74,7 @@ def main_bandwidth(args) -> int:
 
     res = bandwidth.sweep(_threads(args), nbytes=args.size_mb << 20)
     if args.json:
-        json.dump(res, sys.stdout, indent=1)
-        print()
+        print_json(res)
         return 0
     print(f"read bandwidth, {args.size_mb} MiB buffer (L3 defeated), best / mean of 3 runs x 3 passes")
     print(f"{'threads':>7}  {'GB/s':>7}  {'mean':>7}")
@@ -90,8 +90,7 @@ def main_roof(args) -> int:
         raise ValueError("--min-time must be > 0")
     res = roof.sweep(_threads(args), min_time=args.min_time)
     if args.json:
-        json.dump(res, sys.stdout, indent=1)
-        print()
+        print_json(res)
         return 0
     print(f"int8 compute roof, ISA {res[0]['isa']}: {res[0]['probe']}, operands in registers, best of 3")
     mhz = res[0]["mhz"]
@@ -130,8 +129,7 @@ def main_gemv(args) -> int:
         from lowbit.bench.plot import plot_gemv
         res["plot"] = str(plot_gemv(res, args.plot))
     if args.json:
-        json.dump(res, sys.stdout, indent=1)
-        print()
+        print_json(res)
         return 0
     print_gemv(res)
     return 0
