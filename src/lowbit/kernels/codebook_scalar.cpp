@@ -57,35 +57,6 @@ void codebook_lut4_psum_scalar(const CodebookWeights& w, const float* x, int64_t
   }
 }
 
-// dequantize-then-multiply on the lut4 layout: per 32-row tile, codes unpacked, weights decoded into buf
-static void lut4_dequant_scalar(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0,
-                                int64_t g1, int64_t t0, int64_t t1, float* yp, int64_t ldy, float* buf) {
-  uint8_t* codes = reinterpret_cast<uint8_t*>(buf + 32 * w.group);
-  for (int64_t grp = g0; grp < g1; ++grp) {
-    const int64_t S = w.segs(grp), glen = S * w.v, k0 = grp * w.group, P = S * w.m, Pp = w.pairs_padded(grp);
-    const uint16_t* sc = w.scale + grp * w.Mt * 32;
-    for (int64_t tile = t0; tile < t1; ++tile) {
-      codebook_lut4_unpack(w.group_codes(grp) + tile * Pp * 16, P, codes);
-      for (int r = 0; r < 32; ++r) {
-        const float s = f16_to_f32(sc[tile * 32 + r]);
-        for (int64_t sg = 0; sg < S; ++sg)
-          for (int64_t d = 0; d < w.v; ++d) {
-            float acc = 0.f;
-            for (int64_t i = 0; i < w.m; ++i) acc += w.cb[(i * 16 + codes[(sg * w.m + i) * 32 + r]) * w.v + d];
-            buf[r * glen + sg * w.v + d] = s * acc;
-          }
-      }
-      for (int64_t n = 0; n < N; ++n)
-        for (int r = 0; r < 32; ++r) {
-          const float* xs = x + n * ldx + k0;
-          float acc = 0.f;
-          for (int64_t k = 0; k < glen; ++k) acc += buf[r * glen + k] * xs[k];
-          yp[n * ldy + tile * 32 + r] += acc;
-        }
-    }
-  }
-}
-
 // T[n][s][i][c] = sum_t C_i[c][t] * x[n][k0 + s*v + t]
 static void build_tables_scalar(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t grp,
                                 float* T) {
@@ -125,29 +96,37 @@ void codebook_psum_scalar(const CodebookWeights& w, const float* x, int64_t ldx,
   }
 }
 
+// Dequantize-then-multiply: per tile of R rows (8, or 32 on the lut4 layout, whose nibble codes are
+// unpacked to [P][32] bytes first), the tile's weights of one group decoded into buf [R][glen], then dotted
+// with every token.
 void codebook_dequant_scalar(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0,
                              int64_t g1, int64_t t0, int64_t t1, float* yp, int64_t ldy, float* buf) {
-  if (w.lut4()) return lut4_dequant_scalar(w, x, ldx, N, g0, g1, t0, t1, yp, ldy, buf);
+  const int64_t R = w.tile();
+  uint8_t* unpacked = reinterpret_cast<uint8_t*>(buf + R * w.group);  // lut4 only
   for (int64_t grp = g0; grp < g1; ++grp) {
     const int64_t S = w.segs(grp), glen = S * w.v, k0 = grp * w.group;
-    const uint16_t* sc = w.scale + grp * w.Mt * 8;
+    const uint16_t* sc = w.scale + grp * w.Mt * R;
     for (int64_t tile = t0; tile < t1; ++tile) {
-      const uint8_t* tc = w.group_codes(grp) + tile * S * w.m * 8;
-      for (int r = 0; r < 8; ++r) {  // buf [8][glen]: the tile's weights of this group
-        const float s = f16_to_f32(sc[tile * 8 + r]);
+      const uint8_t* tc = w.group_codes(grp) + tile * S * w.m * 8;  // [S*m][R]
+      if (w.lut4()) {
+        codebook_lut4_unpack(w.group_codes(grp) + tile * w.pairs_padded(grp) * 16, S * w.m, unpacked);
+        tc = unpacked;
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        const float s = f16_to_f32(sc[tile * R + r]);
         for (int64_t sg = 0; sg < S; ++sg)
           for (int64_t d = 0; d < w.v; ++d) {
             float acc = 0.f;
-            for (int64_t i = 0; i < w.m; ++i) acc += w.cb[(i * w.nc + tc[(sg * w.m + i) * 8 + r]) * w.v + d];
+            for (int64_t i = 0; i < w.m; ++i) acc += w.cb[(i * w.nc + tc[(sg * w.m + i) * R + r]) * w.v + d];
             buf[r * glen + sg * w.v + d] = s * acc;
           }
       }
       for (int64_t n = 0; n < N; ++n)
-        for (int r = 0; r < 8; ++r) {
+        for (int64_t r = 0; r < R; ++r) {
           const float* xs = x + n * ldx + k0;
           float acc = 0.f;
           for (int64_t k = 0; k < glen; ++k) acc += buf[r * glen + k] * xs[k];
-          yp[n * ldy + tile * 8 + r] += acc;
+          yp[n * ldy + tile * R + r] += acc;
         }
     }
   }
