@@ -4,6 +4,7 @@
 // operations in the same order (no FMA contraction: these files build with -ffp-contract=off), numpy's
 // pairwise summation for sums, round-half-even everywhere.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 namespace lowbit {
@@ -72,6 +73,15 @@ void pack_codes(const uint8_t* codes, int64_t M, int64_t K, int bits, uint8_t* o
 
 // bf16 bits of n float32 values (formats.floats.f32_to_bf16_bits), on the thread pool.
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
+
+// np.rint of a float32, for both ISA builds of the quantizer rows: round half to even by the 1.5 * 2^23
+// trick where |x| < 2^22 (larger floats are integers already). Exact only without FMA contraction. static:
+// each ISA's translation unit keeps its own copy (an inline one could be linked from the AVX2 build).
+static inline float round_even(float x) {
+  const float magic = 12582912.0f;
+  const float y = (x + magic) - magic;
+  return std::fabs(x) < 4194304.0f ? y : x;
+}
 
 // float16 bits nearest to a double, ties to even (numpy's float64 -> float16 cast).
 uint16_t f64_to_f16(double d);

@@ -51,12 +51,6 @@ static inline __m256 round_even8(__m256 x) {
   return _mm256_blendv_ps(x, y, _mm256_cmp_ps(_mm256_and_ps(x, absmask), lim, _CMP_LT_OQ));
 }
 
-static inline float round_even(float x) {
-  const float magic = 12582912.0f;
-  const float y = (x + magic) - magic;
-  return std::fabs(x) < 4194304.0f ? y : x;
-}
-
 static inline float hmin8(__m256 v) {
   alignas(32) float t[8];
   _mm256_store_ps(t, v);

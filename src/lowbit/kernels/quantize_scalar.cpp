@@ -37,13 +37,6 @@ static float pairwise_sum(const float* a, int64_t n) {
   return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
 }
 
-// round half to even (np.rint) for |x| < 2^22 by the 1.5 * 2^23 trick; larger floats are integers already
-static inline float round_even(float x) {
-  const float magic = 12582912.0f;
-  float y = (x + magic) - magic;
-  return std::fabs(x) < 4194304.0f ? y : x;
-}
-
 static void minmax(const float* x, int64_t n, float* lo, float* hi) {
   float l = x[0], h = x[0];
   for (int64_t i = 1; i < n; ++i) {
