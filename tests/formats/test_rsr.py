@@ -113,6 +113,26 @@ def test_native_every_isa_exact(isa, rng, m, kdim, k):
                         np.testing.assert_array_equal(native(idx, x, plus, i8), want, err_msg=f"{isa} n={n} {kind}")
 
 
+@pytest.mark.parametrize("m,kdim,k,kind", [(23, 5003, 10, "binary"), (9, 4099, 6, "ternary"), (5, 70001, 2, "ternary"),
+                                           (7, 2053, 5, "int2")])
+def test_native_gemv_long_rows_every_isa(isa, rng, m, kdim, k, kind):
+    # one token: four prefix chains with a tail, uint16 perms read four at a time, and (K > 65536) uint32
+    # perms and bounds; identity and all-ones rows put whole runs of K into one segment
+    x = rng.integers(-127, 128, (1, kdim))
+    for shape in ("random", "identity", "ones"):
+        if kind == "binary":
+            idx = code_terms(special(shape, m, kdim, rng, [0, 1]), 1, k)[0][1]
+        elif kind == "ternary":
+            idx = ternary_terms(special(shape, m, kdim, rng, [-1, 0, 1]), k)[0][1]
+        else:
+            idx = code_terms(special(shape, m, kdim, rng, [0, 1, 2, 3]), 2, k, "direct")[0][1]
+        assert (idx.perm.dtype == np.uint32) == (kdim > 65536)
+        want = (x @ idx.values[idx.digits()].astype(np.int64).T).astype(np.float32)
+        for plus in (True, False):
+            for i8 in (True, False):
+                np.testing.assert_array_equal(native(idx, x, plus, i8), want, err_msg=f"{isa} {kind} {shape}")
+
+
 def test_native_scales_and_accumulate(rng):
     idx = ternary_terms(rng.integers(-1, 2, (20, 50)), 3)[0][1]
     x = rng.integers(-127, 128, (5, 50))
