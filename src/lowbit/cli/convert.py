@@ -87,7 +87,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="with --calibration: steps of knowledge-distillation fine-tuning afterwards (codes frozen; "
                          "codebooks, scales and norms trained towards the source model's next-token distributions on "
                          f"the calibration text; ~6 s a step on one core for SmolLM2-135M); 0: none (default {FINETUNE_STEPS})")
-    cb.add_argument("--finetune-lr", type=float, default=1e-4, help="Adam learning rate of the fine-tune (default 1e-4)")
+    cb.add_argument("--finetune-lr", type=float, default=1e-3,
+                    help="Adam learning rate of the fine-tune, relative to each tensor's RMS (default 1e-3)")
     cb.add_argument("--finetune-seq", type=int, default=256, metavar="T",
                     help="tokens per fine-tuning window (default 256; one window per step)")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing lowbit directory")

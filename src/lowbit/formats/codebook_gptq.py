@@ -129,3 +129,61 @@ def output_error(w: np.ndarray, wq: np.ndarray, h: np.ndarray) -> float:
     """tr((W - Wq) H (W - Wq)^T) = ||(W - Wq) X^T||^2 / n for H = X^T X / n."""
     d = (np.asarray(w, np.float64) - np.asarray(wq, np.float64))
     return float(((d @ np.asarray(h, np.float64)) * d).sum())
+
+
+def _apply(books, idx, s_cols):
+    """L(C): codes idx [M, nseg, m], books [m, nc, v], s_cols [M, Kp] -> Wq [M, Kp] (float64)."""
+    rows, nseg, m = idx.shape
+    out = books[0][idx[..., 0]]
+    for i in range(1, m):
+        out = out + books[i][idx[..., i]]
+    return out.reshape(rows, -1) * s_cols
+
+
+def _adjoint(g, idx, s_cols, nc):
+    """L^T(G): G [M, Kp] -> [m, nc, v], the gradient of <G, L(C)> with respect to the codebooks."""
+    rows, nseg, m = idx.shape
+    v = g.shape[1] // nseg
+    gs = (g * s_cols).reshape(rows * nseg, v)
+    out = np.empty((m, nc, v), np.float64)
+    for i in range(m):
+        flat = idx[..., i].reshape(-1).astype(np.int64)
+        for t in range(v):
+            out[i, :, t] = np.bincount(flat, weights=gs[:, t], minlength=nc)
+    return out
+
+
+def refine_codebooks(w: np.ndarray, h: np.ndarray, idx: np.ndarray, scales: np.ndarray, books: np.ndarray,
+                     group: int, steps: int = 8) -> np.ndarray:
+    """The codebooks [m, nc, v] that minimize the output error tr((W - Wq) H (W - Wq)^T) for fixed codes
+    idx [M, nseg, m] and scales [M, G]: conjugate gradients on this quadratic (Wq is linear in the codebooks),
+    `steps` iterations from books, then float16-rounded; the start is returned if they do not lower the error."""
+    rows, k = w.shape
+    m, nc, v = books.shape
+    kp = idx.shape[1] * v
+    wp = np.zeros((rows, kp), np.float64)
+    wp[:, :k] = w
+    hp = np.zeros((kp, kp), np.float64)
+    hp[:k, :k] = h
+    s_cols = np.repeat(scales.astype(np.float64), group, axis=1)[:, :kp]
+    c = books.astype(np.float64)
+    r = -_adjoint((_apply(c, idx, s_cols) - wp) @ hp, idx, s_cols, nc)  # minus half the gradient
+    p = r.copy()
+    rr = float((r * r).sum())
+    for _ in range(steps):
+        if rr <= 1e-30:
+            break
+        lp = _apply(p, idx, s_cols)
+        curv = float(((lp @ hp) * lp).sum())
+        if curv <= 1e-30:
+            break
+        alpha = rr / curv
+        c = c + alpha * p
+        r = r - alpha * _adjoint(lp @ hp, idx, s_cols, nc)
+        rr_new = float((r * r).sum())
+        p = r + (rr_new / rr) * p
+        rr = rr_new
+    new = c.astype(np.float16).astype(np.float32)
+    before = output_error(w, _apply(books.astype(np.float64), idx, s_cols)[:, :k], h)
+    after = output_error(w, _apply(new.astype(np.float64), idx, s_cols)[:, :k], h)
+    return new if after < before else books
