@@ -46,6 +46,8 @@ def test_error_feedback_lowers_output_error(m, v, b, k):
     idx_f, s_f = gptq_codes(w, h, books, 32, beam=4)
     fed = output_error(w, wq(idx_f, s_f), h)
     assert fed < 0.95 * base  # same codebooks and bits: the feedback alone (real layers: 2-3x lower)
+    idx_a, s_a = gptq_codes(w, h, books, 32, beam=4, act_order=True)
+    assert output_error(w, wq(idx_a, s_a), h) < 0.95 * base
     assert np.isclose(base, np.sum(((w - wq(idx, s)) @ x.T.astype(np.float64)) ** 2) / x.shape[0], rtol=1e-6)
     # through the format: hessian= gives the fed-back codes, deterministic
     a = CodebookWeight.quantize(w, m=m, v=v, b=b, g=32, iters=2, hessian=h, beam=4)

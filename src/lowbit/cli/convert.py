@@ -81,6 +81,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="with --calibration: weight each input's error by its mean x^2 only, instead of the default "
                          "GPTQ-style error feedback with each linear's full input Hessian X^T X, collected layer by layer "
                          "from the model quantized so far (Llama-family models; needs torch)")
+    cb.add_argument("--no-act-order", dest="act_order", action="store_false",
+                    help="error feedback in input order (each group's scales from the updated weights) instead of the "
+                         "default GPTQ act-order (most important inputs first, scales fixed beforehand)")
     cb.add_argument("--damp", type=float, default=0.01,
                     help="dampening of the error feedback's Hessian, a fraction of its mean diagonal (default 0.01)")
     cb.add_argument("--finetune-steps", type=int, default=FINETUNE_STEPS, metavar="N",
@@ -105,6 +108,8 @@ def main(args) -> int:
     if args.format == "codebook":
         options = {"m": args.m, "v": args.v, "b": args.b, "g": args.g, "iters": args.iters, "seed": args.seed,
                    "beam": args.beam}
+        if not args.act_order:
+            options["act_order"] = False
     try:
         out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
                       lm_head_format=args.lm_head_format or LM_HEAD_FORMAT, embed_format=args.embed_format,
