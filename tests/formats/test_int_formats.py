@@ -164,9 +164,13 @@ def test_matmul_many_equals_separate_calls(isa, rng):
     assert matmul_many(ws, x[0])[0].shape == (576,)
 
 
-# The AVX2 GEMM tiles tokens by 8 (2-bit and 1-bit codes) or 5 (4-bit), remainders by 4, 2, 1, and rows by
-# halves of 8; every token count up to two tiles and past the prefill chunk of 64 must match.
-TOKEN_COUNTS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 130]
+# The AVX2 GEMM tiles tokens by 6 (the unpacked-panel path of 2-bit and 1-bit codes, N >= 4, groups >= 128),
+# 8 (2-bit and 1-bit otherwise) or 5 (4-bit), remainders by 4, 2, 1, and rows by halves of 8 or pairs of 16;
+# every token count up to two tiles and past the prefill chunk of 64 must match.
+TOKEN_COUNTS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 16, 17, 130]
+# int2's first two options have groups of 64 (the tile path); a group of 256 takes the panel path, its last
+# group partial at K = 1100 (Kp = 1152) and each split into s16 runs of 10 chunks and 6.
+PANEL_OPTIONS = {"int2": [{"group_size": 256}]}
 
 
 @pytest.mark.parametrize("fmt", INT_FORMATS)
@@ -174,7 +178,7 @@ def test_gemm_token_tiles_match_reference(isa, fmt, rng):
     m, k = 77, 1100  # M: a partial half of 8 rows; K: not a multiple of 64, > 16 chunks (several s16 flushes)
     w = rng.standard_normal((m, k)).astype(np.float32)
     x = rng.standard_normal((max(TOKEN_COUNTS), k)).astype(np.float32) * 3
-    for opts in OPTIONS[fmt][:2]:
+    for opts in OPTIONS[fmt][:2] + PANEL_OPTIONS.get(fmt, []):
         pw = quantize(w, fmt, **opts)
         for n in TOKEN_COUNTS:
             ref = reference(pw, x[:n])
