@@ -31,7 +31,7 @@ from lowbit.bench.gemv import ROTATE_L3_FACTOR, l3_bytes, random_weight, time_ma
 from lowbit.bench.shapes import MODEL_SHAPES, linear_shapes
 from lowbit.formats.rsr_index import RSRIndex
 from lowbit.formats.rsr_lut import LUTMatrix
-from lowbit.formats.rsr_tune import analytic_k, autotune
+from lowbit.formats.rsr_tune import analytic_k, autotune, pick_k
 
 BIN = (0.0, 1.0)
 TERN = (-1.0, 0.0, 1.0)
@@ -149,7 +149,7 @@ def fig11(ns, rng, slab_bytes: int, progress) -> list[dict]:
 
 # --- Figure 4: native ------------------------------------------------------------------------------
 
-def native_gemv(idx: RSRIndex, x: np.ndarray, plus: bool) -> float:
+def native_gemv(idx: RSRIndex, x: np.ndarray, plus: bool, repeats: int = 3, min_time: float | None = None) -> float:
     """Seconds per one-token product: float x [1, K], or int8 x (then per-token scale 1)."""
     m, kdim = idx.shape
     y = np.empty((1, m), np.float32)
@@ -161,19 +161,19 @@ def native_gemv(idx: RSRIndex, x: np.ndarray, plus: bool) -> float:
         fn = _native.rsr_gemm_f32
         args = (idx.perm, idx.seg, m, kdim, idx.k, idx.base, idx.values, x, None, 1.0, False, plus, y)
     _, once = fn(*args, iters=1)
-    iters = max(1, int(MIN_TIME / max(once, 1e-7)))
-    return min(fn(*args, iters=iters)[1] / iters for _ in range(3))
+    iters = max(1, int((MIN_TIME if min_time is None else min_time) / max(once, 1e-7)))
+    return min(fn(*args, iters=iters)[1] / iters for _ in range(repeats))
 
 
 def tune_gemv_k(n: int, rng, plus: bool) -> tuple[int, dict]:
-    """Fastest k for a one-token float GEMV at K = n, timed on a slice of rows (the paper's F.1 search)."""
+    """Fastest k for a one-token float GEMV at K = n, timed on a slice of rows (the paper's F.1 search),
+    in interleaved rounds with the median deciding (rsr_tune.pick_k)."""
     a = analytic_k(n, n, 2, plus)
     rows = 256
     x = rng.standard_normal((1, n)).astype(np.float32)
-    times = {}
-    for k in range(max(2, a - 4), min(16, a + 1) + 1):
-        times[k] = native_gemv(random_index(rows - rows % k or k, n, k, 2, BIN, rng), x, plus) / (rows - rows % k or k)
-    return min(times, key=times.get), times
+    ks = list(range(max(2, a - 4), min(16, a + 1) + 1))
+    idx = {k: random_index(rows - rows % k or k, n, k, 2, BIN, rng) for k in ks}
+    return pick_k(ks, lambda k: native_gemv(idx[k], x, plus, repeats=1, min_time=MIN_TIME / 4) / idx[k].shape[0])
 
 
 def fig4(ns, rng, slab_bytes: int, progress) -> list[dict]:
