@@ -190,7 +190,8 @@ def test_gemm_token_tiles_match_reference(isa, fmt, rng):
 @pytest.mark.parametrize("sign", [1, -1])
 def test_s16_accumulators_at_the_bound(isa, fmt, sign):
     """Largest codes against activations of +-127 over one long group: every s16 run of the AVX2 kernel sits at
-    its bound (kFlush chunks of 2 * maxc * 127 per instruction); one more instruction per run would wrap."""
+    its bound (kFlush chunks of 2 * maxc * 127 per instruction; the 2-bit GEMV's 4x planes: 5 chunks of
+    2 * 2 * 12 * 127); one more instruction per run would wrap. N = 9 runs the GEMM tiles, N = 1 the GEMV."""
     m, k = 40, 500 if fmt == "int8" else 2000  # |y| < 2^24: exact in float32
     cls = quantize(np.ones((2, 64), np.float32), fmt).__class__
     top = 2 if fmt == "ternary" else (1 << cls.bits) - 1
@@ -204,3 +205,5 @@ def test_s16_accumulators_at_the_bound(isa, fmt, sign):
     a_, b_ = pw.affine()
     exact = (x.astype(np.int64) @ codes.astype(np.int64).T) * a_[0, 0] + b_[:, 0] * x.sum(axis=1, keepdims=True)
     np.testing.assert_array_equal(y, exact.astype(np.float32))
+    for n in (0, 4):
+        np.testing.assert_array_equal(pw.matmul(x[n:n + 1]), exact[n:n + 1].astype(np.float32), err_msg=f"N=1 {n}")
