@@ -11,7 +11,7 @@ from lowbit import _native
 from lowbit.formats import Activations, from_state, quantize
 from lowbit.formats.rsr import RSRWeight, check_index
 from lowbit.formats.rsr_index import RSRIndex, code_terms, terms_matmul, ternary_terms
-from lowbit.formats.rsr_tune import analytic_k, autotune, choose_k, tune_path
+from lowbit.formats.rsr_tune import analytic_k, autotune, choose_k, tune_key, tune_path
 from lowbit.formats.ternary import TernaryWeight
 
 # (M, K, k): square, non-square, odd n and k, k wider than M, one row / one column
@@ -113,6 +113,26 @@ def test_native_every_isa_exact(isa, rng, m, kdim, k):
                         np.testing.assert_array_equal(native(idx, x, plus, i8), want, err_msg=f"{isa} n={n} {kind}")
 
 
+@pytest.mark.parametrize("m,kdim,k,kind", [(23, 5003, 10, "binary"), (9, 4099, 6, "ternary"), (5, 70001, 2, "ternary"),
+                                           (7, 2053, 5, "int2")])
+def test_native_gemv_long_rows_every_isa(isa, rng, m, kdim, k, kind):
+    # one token: four prefix chains with a tail, uint16 perms read four at a time, and (K > 65536) uint32
+    # perms and bounds; identity and all-ones rows put whole runs of K into one segment
+    x = rng.integers(-127, 128, (1, kdim))
+    for shape in ("random", "identity", "ones"):
+        if kind == "binary":
+            idx = code_terms(special(shape, m, kdim, rng, [0, 1]), 1, k)[0][1]
+        elif kind == "ternary":
+            idx = ternary_terms(special(shape, m, kdim, rng, [-1, 0, 1]), k)[0][1]
+        else:
+            idx = code_terms(special(shape, m, kdim, rng, [0, 1, 2, 3]), 2, k, "direct")[0][1]
+        assert (idx.perm.dtype == np.uint32) == (kdim > 65536)
+        want = (x @ idx.values[idx.digits()].astype(np.int64).T).astype(np.float32)
+        for plus in (True, False):
+            for i8 in (True, False):
+                np.testing.assert_array_equal(native(idx, x, plus, i8), want, err_msg=f"{isa} {kind} {shape}")
+
+
 def test_native_scales_and_accumulate(rng):
     idx = ternary_terms(rng.integers(-1, 2, (20, 50)), 3)[0][1]
     x = rng.integers(-127, 128, (5, 50))
@@ -167,7 +187,7 @@ def test_autotune_candidates_keep_step2_buffer_in_cache():
 
 def test_autotune_is_cached_atomically(tmp_path, monkeypatch):
     monkeypatch.setenv("LOWBIT_CACHE", str(tmp_path))
-    k = autotune(96, 3, 16)
+    k = autotune(96, 3, 16, rounds=1)  # one real (native) timing round
     table = json.loads(tune_path().read_text())
     (key, entry), = table.items()
     assert entry["k"] == k and str(k) in entry["ns_per_row"] and "K96|b3|N16" in key
@@ -175,6 +195,56 @@ def test_autotune_is_cached_atomically(tmp_path, monkeypatch):
     tune_path().write_text(json.dumps(table))
     assert autotune(96, 3, 16) == 1 and choose_k(5, 96, 3, "auto", 16) == 1
     assert not list(tmp_path.glob(".rsr_tune.*"))  # no temp files left
+
+
+def test_autotune_candidates_surround_the_analytic_optimum():
+    from lowbit.formats.rsr_tune import candidates
+    assert candidates(2560, 3, 1) == [4, 5, 6]   # eq. 7: k* = 6; 3^7 > K / 2
+    assert candidates(2560, 3, 128) == [2, 3, 4]  # u [3^k][128] int32 <= 64 KiB caps the centre at 4
+    assert candidates(2 ** 14, 2, 1) == [9, 10, 11, 12]  # k* = 11 (eq. 7, base 2), 2^12 segments at most
+    assert candidates(8, 3, 1) == [1]
+
+
+def test_autotune_median_of_interleaved_rounds_resists_outliers(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOWBIT_CACHE", str(tmp_path))
+    order, calls = [], {}
+
+    def cost(k):  # true cost minimal at k = 4; k = 2 gets one lucky (too fast) round, k = 4 one slow one
+        order.append(k)
+        calls[k] = calls.get(k, 0) + 1
+        base = {2: 2.0, 3: 1.4, 4: 1.0}[k]
+        if k == 2 and calls[k] == 3:
+            return 0.1
+        if k == 4 and calls[k] == 1:
+            return 50.0
+        return base
+
+    assert autotune(2560, 3, 128, timer=cost, rounds=5) == 4
+    assert order[:6] == [2, 3, 4, 2, 3, 4] and len(order) == 15  # interleaved rounds over the candidates
+    entry = json.loads(tune_path().read_text())[tune_key(2560, 3, 128)]
+    assert entry["k"] == 4 and entry["rounds"] == 5 and entry["ns_per_row"]["3"] == pytest.approx(1.4e9)
+    # cached: no timing at all on the second call; a different N, ISA or thread count is a different key
+    assert autotune(2560, 3, 128, timer=lambda k: 1 / 0) == 4
+    assert autotune(2560, 3, 512, timer=lambda k: {2: 1.0, 3: 2.0, 4: 3.0}[k], rounds=3) == 2
+    assert tune_key(2560, 3, 128) != tune_key(2560, 3, 512)
+    old = _native.isa()
+    try:
+        _native.set_isa("scalar")
+        assert tune_key(2560, 3, 128).split("|")[1] == "scalar"
+        assert autotune(2560, 3, 128, timer=lambda k: {2: 3.0, 3: 1.0, 4: 2.0}[k], rounds=1) == 3
+    finally:
+        _native.set_isa(old)
+    assert autotune(2560, 3, 128) == 4  # the avx2 answer was kept beside the scalar one
+    # a refresh re-times; ties go to the larger k (fewer index bytes)
+    assert autotune(2560, 3, 128, refresh=True, timer=lambda k: 1.0, rounds=1) == 4
+
+
+def test_autotune_ignores_answers_of_the_old_tuner(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOWBIT_CACHE", str(tmp_path))
+    old_key = f"{_native.rsr_path()}|t{_native.get_threads()}|K2560|b3|N128"  # the v1 key (no version, no ISA)
+    tune_path().parent.mkdir(parents=True, exist_ok=True)
+    tune_path().write_text(json.dumps({old_key: {"k": 2}}))
+    assert autotune(2560, 3, 128, timer=lambda k: {2: 3.0, 3: 2.0, 4: 1.0}[k], rounds=1) == 4
 
 
 @pytest.mark.parametrize("scale", ["row", "tensor"])

@@ -27,11 +27,12 @@ import numpy as np
 import lowbit
 from lowbit import _native
 from lowbit.bench import print_json
+from lowbit.bench.roof import nominal_mhz
 from lowbit.bench.gemv import ROTATE_L3_FACTOR, l3_bytes, random_weight, time_matmul
 from lowbit.bench.shapes import MODEL_SHAPES, linear_shapes
 from lowbit.formats.rsr_index import RSRIndex
 from lowbit.formats.rsr_lut import LUTMatrix
-from lowbit.formats.rsr_tune import analytic_k, autotune
+from lowbit.formats.rsr_tune import analytic_k, autotune, pick_k
 
 BIN = (0.0, 1.0)
 TERN = (-1.0, 0.0, 1.0)
@@ -149,7 +150,7 @@ def fig11(ns, rng, slab_bytes: int, progress) -> list[dict]:
 
 # --- Figure 4: native ------------------------------------------------------------------------------
 
-def native_gemv(idx: RSRIndex, x: np.ndarray, plus: bool) -> float:
+def native_gemv(idx: RSRIndex, x: np.ndarray, plus: bool, repeats: int = 3, min_time: float | None = None) -> float:
     """Seconds per one-token product: float x [1, K], or int8 x (then per-token scale 1)."""
     m, kdim = idx.shape
     y = np.empty((1, m), np.float32)
@@ -161,19 +162,41 @@ def native_gemv(idx: RSRIndex, x: np.ndarray, plus: bool) -> float:
         fn = _native.rsr_gemm_f32
         args = (idx.perm, idx.seg, m, kdim, idx.k, idx.base, idx.values, x, None, 1.0, False, plus, y)
     _, once = fn(*args, iters=1)
-    iters = max(1, int(MIN_TIME / max(once, 1e-7)))
-    return min(fn(*args, iters=iters)[1] / iters for _ in range(3))
+    iters = max(1, int((MIN_TIME if min_time is None else min_time) / max(once, 1e-7)))
+    return min(fn(*args, iters=iters)[1] / iters for _ in range(repeats))
 
 
 def tune_gemv_k(n: int, rng, plus: bool) -> tuple[int, dict]:
-    """Fastest k for a one-token float GEMV at K = n, timed on a slice of rows (the paper's F.1 search)."""
+    """Fastest k for a one-token float GEMV at K = n, timed on a slice of rows (the paper's F.1 search),
+    in interleaved rounds with the median deciding (rsr_tune.pick_k)."""
     a = analytic_k(n, n, 2, plus)
     rows = 256
     x = rng.standard_normal((1, n)).astype(np.float32)
-    times = {}
-    for k in range(max(2, a - 4), min(16, a + 1) + 1):
-        times[k] = native_gemv(random_index(rows - rows % k or k, n, k, 2, BIN, rng), x, plus) / (rows - rows % k or k)
-    return min(times, key=times.get), times
+    ks = list(range(max(2, a - 4), min(16, a + 1) + 1))
+    idx = {k: random_index(rows - rows % k or k, n, k, 2, BIN, rng) for k in ks}
+    return pick_k(ks, lambda k: native_gemv(idx[k], x, plus, repeats=1, min_time=MIN_TIME / 4) / idx[k].shape[0])
+
+
+# Memory operations of the one-token RSR++ step 1 (kernels/rsr_step2.inc): per input one gathered x load,
+# a quarter of a 64-bit load of four uint16 permutation entries and one prefix store; per segment bound one
+# seg load, one prefix load and one u store. Zen 3 issues at most 3 memory operations a cycle.
+MEMOPS_PER_INPUT = 2.25
+MEMOPS_PER_SEGMENT = 3.0
+MEMOPS_PER_CYCLE = 3.0
+
+
+def rsrpp_gemv_bound(idx: RSRIndex, dot_s: float, threads: int, mhz: float | None) -> dict:
+    """The fastest a one-token RSR++ product could run here: its index streamed at the bandwidth np.dot(v, A)
+    reached in the same run (4 n^2 bytes per call), and its step-1 memory operations at the load/store ports
+    (threads cores at the nominal clock). The larger of the two is the bound."""
+    m, kdim = idx.shape
+    bw = 4.0 * m * kdim / dot_s
+    out = {"index_stream_s": idx.nbytes / bw, "dot_gb_s": bw / 1e9}
+    if mhz:
+        ops = idx.nblocks * (kdim * MEMOPS_PER_INPUT + idx.segments * MEMOPS_PER_SEGMENT)
+        out["port_s"] = ops / MEMOPS_PER_CYCLE / (threads * mhz * 1e6)
+    out["bound_s"] = max(out["index_stream_s"], out.get("port_s", 0.0))
+    return out
 
 
 def fig4(ns, rng, slab_bytes: int, progress) -> list[dict]:
@@ -198,6 +221,9 @@ def fig4(ns, rng, slab_bytes: int, progress) -> list[dict]:
             row.update({f"{name}_k": k, f"{name}_s": t, f"{name}_index_bytes": idx.nbytes})
             if plus:
                 row["rsrpp_i8_s"] = native_gemv(idx, q, plus)  # same index and k, int8 activations
+                bound = rsrpp_gemv_bound(idx, t_dot, lowbit.get_threads(), nominal_mhz())
+                row.update({f"rsrpp_{key}": v for key, v in bound.items()})
+                row["rsrpp_of_bound"] = bound["bound_s"] / t
             del idx
         lut = random_lut(n, n, rng)
         row["lut_s"] = lut_seconds(lut, 1, rng)
@@ -369,14 +395,18 @@ def print_rsr(res: dict) -> None:
               "RSR / RSR++ (float vector), RSR++ i8 (int8 vector) and rsr-lut (int8; table lookup, not the paper's RSR)")
         print(f"{'n':>7s} {'std ms':>9s} {'np.dot ms':>10s} {'RSR ms':>8s} {'k':>3s} {'RSR++ ms':>9s} {'k':>3s} "
               f"{'++i8 ms':>8s} {'lut ms':>8s} {'++ vs std':>9s} {'++ vs np':>8s} {'++i8 vs np':>10s} {'lut vs np':>9s} "
-              f"{'index MB':>9s} {'lut MB':>7s}")
+              f"{'index MB':>9s} {'lut MB':>7s} {'++ bound ms':>11s} {'++ of bound':>11s}")
         for r in res["fig4"]:
             print(f"{'2^' + str(int(math.log2(r['n']))):>7s} {r['standard_s'] * 1e3:9.2f} {r['numpy_dot_s'] * 1e3:10.2f} "
                   f"{r['rsr_s'] * 1e3:8.2f} {r['rsr_k']:3d} {r['rsrpp_s'] * 1e3:9.2f} {r['rsrpp_k']:3d} "
                   f"{r['rsrpp_i8_s'] * 1e3:8.2f} {r['lut_s'] * 1e3:8.2f} "
                   f"{r['speedup_rsrpp_vs_standard']:8.1f}x {r['speedup_rsrpp_vs_numpy']:7.1f}x "
                   f"{r['speedup_rsrpp_i8_vs_numpy']:9.1f}x {r['speedup_lut_vs_numpy']:8.1f}x "
-                  f"{r['rsrpp_index_bytes'] / 1e6:9.1f} {r['lut_bytes'] / 1e6:7.1f}")
+                  f"{r['rsrpp_index_bytes'] / 1e6:9.1f} {r['lut_bytes'] / 1e6:7.1f} {r['rsrpp_bound_s'] * 1e3:11.2f} "
+                  f"{r['rsrpp_of_bound']:10.0%}")
+        print("  ++ bound: the larger of RSR++'s index streamed at np.dot's bandwidth and its step-1 memory operations "
+              f"({MEMOPS_PER_INPUT} per input, {MEMOPS_PER_SEGMENT:g} per segment) at {MEMOPS_PER_CYCLE:g} a cycle per "
+              "core at the nominal clock (a core boosting above it can beat it); ++ of bound: bound / measured")
     if res.get("dense"):
         print("\nRSR++ (int8 activations, direct ternary index, k autotuned per K and N) and rsr-lut (ternary as two "
               "planes) vs lowbit's dense ternary kernel; speedup = dense time / time")

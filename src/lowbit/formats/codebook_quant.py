@@ -118,9 +118,30 @@ def codes_for(x, books, idx, wt, beam):
 
 
 def fit_codebooks(w: np.ndarray, m: int, v: int, b: int, group: int, seed: int = 0, iters: int = 4,
-                  importance: np.ndarray | None = None, beam: int = 8):
+                  importance: np.ndarray | None = None, beam: int = 8, hessian: np.ndarray | None = None,
+                  damp: float = 0.01):
     """w float32 [M, K] -> (codes uint8 [M, Kp/v, m], scales float32 [M, G], codebooks float32 [m, 2^b, v]),
-    scales and codebooks float16-rounded. importance: float [K] (mean x^2 per input channel) or None."""
+    scales and codebooks float16-rounded. importance: float [K] (mean x^2 per input channel) or None.
+    hessian: float [K, K] = X^T X / n of the layer's inputs: the codebooks are fit with its diagonal as the
+    importance, then codes and scales are re-chosen with error feedback (codebook_gptq), kept if they lower
+    the output error tr((W - Wq) H (W - Wq)^T)."""
+    if hessian is not None:
+        from lowbit.formats.codebook_gptq import gptq_codes, output_error
+
+        hessian = np.asarray(hessian, np.float64)
+        if hessian.shape != (w.shape[1], w.shape[1]):
+            raise ValueError(f"hessian must be [{w.shape[1]}, {w.shape[1]}], got {hessian.shape}")
+        diag = np.maximum(np.diag(hessian), 0.0) if importance is None else importance
+        idx, s, books = fit_codebooks(w, m, v, b, group, seed, iters, diag, beam)
+        idx_f, s_f = gptq_codes(w, hessian, books, group, beam, damp)
+        k = w.shape[1]
+
+        def wq(i, sc):
+            return (reconstruct(books, i.reshape(-1, m)).reshape(w.shape[0], -1)
+                    * np.repeat(sc, group, axis=1)[:, :i.shape[1] * v])[:, :k]
+        if output_error(w, wq(idx_f, s_f), hessian) < output_error(w, wq(idx, s), hessian):
+            return idx_f, s_f, books
+        return idx, s, books
     rows, k = w.shape
     kp = -(-k // v) * v
     nseg, nc = kp // v, 1 << b

@@ -112,7 +112,9 @@ def _check_format(name: str, fmt: str) -> None:
 def convert(src, out, format: str = "int4", group_size: int | None = None, lm_head_format: str = LM_HEAD_FORMAT,
             embed_format: str = "bf16", overwrite: bool = False, progress: bool = True,
             shard_bytes: int = SHARD_BYTES, ternary_method: str = "absmean",
-            format_options: dict | None = None, calibration=None, calibration_tokens: int = 4096) -> pathlib.Path:
+            format_options: dict | None = None, calibration=None, calibration_tokens: int = 4096,
+            error_feedback: bool = False, damp: float = 0.01, finetune_steps: int = 0,
+            finetune_options: dict | None = None) -> pathlib.Path:
     """Converts a checkpoint (HF folder, .gguf, or lowbit dir) into a lowbit model directory at out.
 
     Args:
@@ -132,6 +134,12 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
             parameterized name such as "codebook-m2v8b8g128" sets them too.
         calibration: a text file; codebook weights then minimize the error weighted by each input channel's
             mean x^2 on its first `calibration_tokens` tokens, run through the source model in float32.
+        error_feedback: codebook with calibration: GPTQ-style error feedback with each linear's full input
+            Hessian, collected layer by layer from the model quantized so far (io.codebook_tune; torch;
+            Llama family). damp: the Hessian's dampening (fraction of its mean diagonal).
+        finetune_steps: codebook with calibration: then this many steps of knowledge-distillation fine-tuning of
+            the codebooks, scales and norms (codes frozen) on the calibration tokens; finetune_options: seq,
+            batch, lr, seed of io.codebook_tune.finetune.
     Returns:
         the path of the new directory.
     """
@@ -149,14 +157,22 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
     names = ckpt.tensor_names()
     config = dict(ckpt.config)
     tied = LM_HEAD not in names
-    importance = {}
+    importance, done = {}, {}
+    if (error_feedback or finetune_steps) and calibration is None:
+        raise ValueError("error feedback and fine-tuning need a calibration text (calibration=...)")
     if calibration is not None:
         if format != "codebook":
             raise ValueError(f"calibration applies to the codebook format, not {format!r}")
-        from lowbit.io.calibrate import activation_stats
-
         text = pathlib.Path(calibration).read_text(encoding="utf-8", errors="replace")
-        importance = activation_stats(ckpt, text, tokens=calibration_tokens)
+        if error_feedback or finetune_steps:
+            from lowbit.io.codebook_tune import tune_model
+
+            done = tune_model(ckpt, text, calibration_tokens, format_options, error_feedback, damp, finetune_steps,
+                              finetune_options or {}, lm_head_format, progress)
+        else:
+            from lowbit.io.calibrate import activation_stats
+
+            importance = activation_stats(ckpt, text, tokens=calibration_tokens)
     warned = False
     from tqdm.auto import tqdm
 
@@ -167,7 +183,9 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         for name in names:
             bar.set_postfix_str(name, refresh=False)
             value = ckpt.load_source(name) if name == EMBED or name == LM_HEAD or is_linear(name) else ckpt.load(name)
-            if is_linear(name):
+            if name in done:  # quantized (and fine-tuned) with the whole model: io.codebook_tune
+                writer.add(name, done[name])
+            elif is_linear(name):
                 if (format in LOW_BIT and not warned and not isinstance(value, TernaryWeight)
                         and not looks_ternary(value)):
                     warnings.warn(COLLAPSE_WARNING.format(fmt=format), UserWarning, stacklevel=2)
@@ -191,7 +209,10 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         if tied:  # the directory now holds its own lm_head
             config["tie_word_embeddings"] = False
         meta = {"format": format, "group_size": group_size, "format_options": format_options,
-                "calibration": None if calibration is None else [pathlib.Path(calibration).name, calibration_tokens], "lm_head_format": lm_head_format,
+                "calibration": None if calibration is None else [pathlib.Path(calibration).name, calibration_tokens],
+                "error_feedback": bool(error_feedback) and {"damp": damp},
+                "finetune": bool(finetune_steps) and {"steps": finetune_steps, **(finetune_options or {})},
+                "lm_head_format": lm_head_format,
                 "embed_format": embed_format, "ternary_method": ternary_method, "source": str(ckpt.path), "source_kind": ckpt.kind,
                 "tied_embeddings": tied or bool(ckpt.config.get("tie_word_embeddings"))}
         return writer.finish(config, tokenizer, meta)

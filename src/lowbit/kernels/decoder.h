@@ -72,6 +72,14 @@ class Decoder {
   // own slot of a multi-slot cache whose slot 0 the layers' kc/vc point at (slot s starts slot_stride
   // elements later). x: [B][hidden] embeddings (overwritten); pos, slot: [B]; logits: [B][vocab].
   void decode_batch(float* x, int64_t B, const int64_t* pos, const int64_t* slot, float* logits);
+  // The mixed step (continuous batching with chunked prefill): R rows of any sequences, row r at position
+  // pos[r] of slot slot[r] — the decode rows of the running sequences and prompt chunks of newcomers in one
+  // call. The caller orders the rows so that those needing logits come last: logits [R - first_logit][vocab]
+  // of rows first_logit..R-1 (none when first_logit == R). A slot's rows must cover consecutive positions
+  // after what the slot holds (attention reads every position up to the row's own).
+  void step_rows(float* x, int64_t R, const int64_t* pos, const int64_t* slot, float* logits, int64_t first_logit) {
+    step(x, R, pos, slot, logits, first_logit, kStepBatch);
+  }
   void set_slots(int64_t n_slots, int64_t slot_stride) { n_slots_ = n_slots; slot_stride_ = slot_stride; }
   int64_t n_slots() const { return n_slots_; }
   int64_t vocab() const { return head_.M; }

@@ -1,15 +1,18 @@
 // Python binding of the native decoder (decoder.h): building it from the model's arrays (every projection,
 // norm and cache checked as the gemm entry points check theirs: weight_args.h), and its steps — decode (one
-// token), forward (N tokens of one sequence: prefill), decode_batch (continuous batching) — with the GIL
+// token), forward (N tokens of one sequence: prefill), decode_batch (continuous batching), step_rows (decode
+// rows and prompt chunks of several sequences in one step) — with the GIL
 // released and the settings lock held shared while they run, plus the step profile.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -353,6 +356,45 @@ void bind_decoder(nb::module_& m) {
              d.decode_batch(x.data(), B, pos.data(), slot.data(), logits.data());
            },
            nb::arg("x"), nb::arg("pos"), nb::arg("slot"), nb::arg("logits"))
+      .def("step_rows",
+           [](PyDecoder& self, nb::handle hx, nb::handle hpos, nb::handle hslot, nb::handle hlogits, int64_t first_logit) {
+             Decoder& d = self.d;
+             require(d.has_output(), "step_rows: the output layer is not set (call set_output first)");
+             auto x = out<float, 2>(hx, "step_rows: x");
+             auto pos = in<int64_t, 1>(hpos, "step_rows: pos");
+             auto slot = in<int64_t, 1>(hslot, "step_rows: slot");
+             const int64_t R = (int64_t)x.shape(0);
+             require(R >= 1 && x.shape(1) == (size_t)d.shape().hidden, "step_rows: x must be [R, hidden] with R >= 1");
+             require(pos.shape(0) == (size_t)R && slot.shape(0) == (size_t)R, "step_rows: pos and slot must be [R]");
+             require(first_logit >= 0 && first_logit <= R, "step_rows: first_logit must be in [0, R]");
+             float* lp = nullptr;
+             if (first_logit < R) {
+               auto logits = out<float, 2>(hlogits, "step_rows: logits");
+               if (!is_shape(logits, R - first_logit, d.vocab()))
+                 fail("step_rows: logits must be [R - first_logit = " + std::to_string(R - first_logit) + ", vocab = " +
+                      std::to_string(d.vocab()) + "]");
+               lp = logits.data();
+             }
+             const int64_t* p = pos.data();
+             const int64_t* s = slot.data();
+             for (int64_t r = 0; r < R; ++r) {
+               require(p[r] >= 0 && p[r] < d.shape().max_ctx, "step_rows: position outside the cache");
+               require(s[r] >= 0 && s[r] < d.n_slots(), "step_rows: slot outside the cache");
+             }
+             {  // two rows writing the same (slot, position) would race on the cache
+               std::vector<std::pair<int64_t, int64_t>> at(R);
+               for (int64_t r = 0; r < R; ++r) at[r] = {s[r], p[r]};
+               std::sort(at.begin(), at.end());
+               for (int64_t r = 1; r < R; ++r) require(at[r] != at[r - 1], "step_rows: two rows write the same slot and position");
+             }
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(self.mu);
+             KernelsRunning running(settings_mutex());
+             d.step_rows(x.data(), R, p, s, lp, first_logit);
+           },
+           nb::arg("x"), nb::arg("pos"), nb::arg("slot"), nb::arg("logits").none(), nb::arg("first_logit"),
+           "R rows of any sequences (row r at pos[r] of slot[r]: decode rows and prompt chunks together); logits "
+           "[R - first_logit, vocab] of the last rows, or None when first_logit == R")
       .def("forward",
            [](PyDecoder& self, nb::handle hx, int64_t pos, int64_t slot, nb::handle hlogits, int which) {
              Decoder& d = self.d;

@@ -1,6 +1,7 @@
 // RSR / RSR++ in plain C++: the fallback without AVX2 and the twin the SIMD path is tested against
 // (layout and bounds in rsr.h).
 #include <algorithm>
+#include <cstring>
 
 #include "rsr.h"
 

@@ -1,0 +1,177 @@
+"""Whole-model codebook quantization with the calibration text (Llama family, torch on the CPU):
+
+    packed = quantize_sequential(config, weights, ids, {"m": 1, "v": 4, "b": 8, "g": 128})
+    losses = finetune(student, teacher, ids, steps=200)
+
+quantize_sequential: GPTQ-style error feedback (codebook_gptq) with each linear's full input Hessian
+H = X^T X / n, collected layer by layer from the model quantized so far (so every linear sees the error of the
+ones before it: q/k/v from the quantized earlier layers, o_proj from the quantized q/k/v, gate/up after the
+quantized attention, down_proj from the quantized gate/up).
+
+finetune: the continuous step of AQLM / PV-tuning: codes frozen, the codebooks, group scales and norm weights
+trained by knowledge distillation, KL(teacher || student) of the next-token distributions, over windows of the
+calibration text drawn under a seed (Adam; deterministic for a seed and a thread count).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lowbit.formats.codebook import CodebookWeight
+from lowbit.io.torch_llama import LINEARS, CodebookLinear, DenseLinear, TorchLlama
+
+CTX = 512
+
+
+def windows(ids: list[int], ctx: int) -> list[torch.Tensor]:
+    """Consecutive windows of at most ctx tokens (at least 2 each) -> LongTensor [1, T] each."""
+    out = [torch.tensor([ids[s:s + ctx]], dtype=torch.long) for s in range(0, len(ids), ctx)]
+    return [w for w in out if w.shape[1] >= 2]
+
+
+def hessian(xs: list[torch.Tensor]) -> np.ndarray:
+    """xs: [1, T, K] each -> X^T X / n float64 [K, K] over all their rows."""
+    k = xs[0].shape[-1]
+    h = torch.zeros(k, k, dtype=torch.float64)
+    n = 0
+    for x in xs:
+        x2 = x.reshape(-1, k).double()
+        h += x2.T @ x2
+        n += x2.shape[0]
+    return (h / max(n, 1)).numpy()
+
+
+def quantize_sequential(config: dict, weights: dict, ids: list[int], options: dict, ctx: int = CTX,
+                        damp: float = 0.01, progress: bool = True) -> dict[str, CodebookWeight]:
+    """Every decoder linear -> CodebookWeight (options: m, v, b, g, seed, iters, beam), with error feedback on
+    the calibration tokens ids run through the partly quantized model."""
+    from tqdm.auto import tqdm
+
+    net = TorchLlama(config, weights)
+    wins = windows(ids, ctx)
+    if not wins:
+        raise ValueError("the calibration text is too short (needs at least 2 tokens)")
+    tables = {w.shape[1]: net.rope_tables(w.shape[1]) for w in wins}
+    out = {}
+    bar = tqdm(total=len(net.blocks) * len(LINEARS), desc="codebook error feedback", unit="linear", disable=not progress)
+
+    def quant(i, blk, names, xs):
+        h = hessian(xs)
+        for n in names:
+            name = f"model.layers.{i}.{n}.weight"
+            bar.set_postfix_str(name, refresh=False)
+            pw = CodebookWeight.quantize(blk[n].w.numpy(), **options, hessian=h, damp=damp)
+            out[name] = pw
+            blk.set_linear(n, DenseLinear(pw.dequantize()))
+            bar.update(1)
+
+    with torch.no_grad():
+        xs = [net.embed[w] for w in wins]  # [1, T, hidden] each
+        for i, blk in enumerate(net.blocks):
+            h1 = [blk.norm(x, blk.ln1) for x in xs]
+            quant(i, blk, LINEARS[:3], h1)
+            att = [blk.attend(h, *tables[h.shape[1]]) for h in h1]
+            quant(i, blk, LINEARS[3:4], att)
+            xs = [x + blk["self_attn.o_proj"](a) for x, a in zip(xs, att)]
+            h2 = [blk.norm(x, blk.ln2) for x in xs]
+            quant(i, blk, LINEARS[4:6], h2)
+            act = [blk.mlp_act(h) for h in h2]
+            quant(i, blk, LINEARS[6:], act)
+            xs = [x + blk["mlp.down_proj"](a) for x, a in zip(xs, act)]
+    bar.close()
+    return out
+
+
+def trainable(student: TorchLlama) -> list[torch.nn.Parameter]:
+    """Codebooks, scales, norms: the parameters the fine-tune moves (everything else is frozen)."""
+    params = []
+    for lin in student.codebook_linears().values():
+        params += [lin.books, lin.scales]
+    for blk in student.blocks:
+        params += [blk.ln1, blk.ln2]
+    params.append(student.norm_w)
+    return params
+
+
+def kd_loss(student: TorchLlama, teacher: TorchLlama, batch: torch.Tensor) -> torch.Tensor:
+    """Mean over tokens of KL(teacher || student) of the next-token distributions. batch [B, T]."""
+    with torch.no_grad():
+        t = F.log_softmax(teacher(batch), dim=-1)
+    s = F.log_softmax(student(batch), dim=-1)
+    return (t.exp() * (t - s)).sum(-1).mean()
+
+
+def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: int, seq: int = 256, batch: int = 1,
+             lr: float = 1e-4, seed: int = 0, progress: bool = True) -> list[float]:
+    """Trains student's codebooks, scales and norms towards teacher on windows of ids; returns the KD loss of
+    each step (before its update)."""
+    from tqdm.auto import tqdm
+
+    if steps < 0 or seq < 2 or batch < 1:
+        raise ValueError(f"finetune needs steps >= 0, seq >= 2, batch >= 1 (got {steps}, {seq}, {batch})")
+    seq = min(seq, len(ids))
+    if seq < 2:
+        raise ValueError("the calibration text is too short to fine-tune on (needs at least 2 tokens)")
+    for p in student.parameters():
+        p.requires_grad_(False)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    params = trainable(student)
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.Adam(params, lr=lr)
+    gen = torch.Generator().manual_seed(int(seed))
+    data = torch.tensor(ids, dtype=torch.long)
+    losses = []
+    bar = tqdm(range(steps), desc="codebook fine-tune (KD)", unit="step", disable=not progress)
+    for _ in bar:
+        starts = torch.randint(0, len(ids) - seq + 1, (batch,), generator=gen)
+        x = torch.stack([data[s:s + seq] for s in starts.tolist()])
+        loss = kd_loss(student, teacher, x)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        bar.set_postfix_str(f"KL {losses[-1]:.4f}", refresh=False)
+    for p in params:
+        p.requires_grad_(False)
+    return losses
+
+
+def tune_model(ckpt, text: str, tokens: int, options: dict, error_feedback: bool, damp: float, steps: int,
+               finetune_options: dict, lm_head_format: str, progress: bool = True) -> dict:
+    """convert()'s codebook path with the whole model in memory: HF name -> CodebookWeight for every decoder
+    linear (with error feedback, or calibrated by the diagonal statistics) and, after `steps` of fine-tuning,
+    the fine-tuned float32 norm weights too."""
+    from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear
+    from lowbit.io.torch_llama import check_llama, dense
+
+    config = dict(ckpt.config)
+    check_llama(config)
+    tok = ckpt.tokenizer()
+    if tok is None:
+        raise ValueError("calibration needs the source's tokenizer")
+    ids = [int(i) for i in tok.encode(text, add_bos=False)][:tokens]
+    if len(ids) < 2:
+        raise ValueError("the calibration text is too short (needs at least 2 tokens)")
+    weights = {name: dense(ckpt.load(name)) for name in ckpt.tensor_names()}
+    if error_feedback:
+        out = quantize_sequential(config, weights, ids, options, damp=damp, progress=progress)
+    else:
+        from lowbit.io.calibrate import activation_stats
+
+        stats = activation_stats(ckpt, text, tokens=tokens)
+        out = {name: CodebookWeight.quantize(w, **options, importance=stats[name])
+               for name, w in weights.items() if is_linear(name)}
+    if steps:
+        from lowbit.io.convert import pack
+
+        head = pack(weights.get(LM_HEAD, weights[EMBED]), lm_head_format).dequantize()
+        student = TorchLlama(config, {**weights, **out}, lm_head=head)
+        teacher = TorchLlama(config, weights)
+        opts = {"seed": options.get("seed", 0), **finetune_options}
+        finetune(student, teacher, ids, steps, progress=progress, **opts)
+        out = {name: lin.packed() for name, lin in student.codebook_linears().items()}
+        out.update(student.norms())
+    return out

@@ -1,0 +1,120 @@
+"""io.codebook_tune / io.torch_llama: the torch Llama equals lowbit's, the KD fine-tune lowers its loss and is
+deterministic under a seed, convert(error_feedback=..., finetune_steps=...) round-trips through the format."""
+import hashlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="error feedback and fine-tuning run in torch")
+
+from lowbit.api import load  # noqa: E402
+from lowbit.cli import main  # noqa: E402
+from lowbit.formats.codebook import CodebookWeight  # noqa: E402
+from lowbit.io.checkpoint import is_linear, open_checkpoint  # noqa: E402
+from lowbit.io.codebook_tune import finetune, kd_loss  # noqa: E402
+from lowbit.io.convert import convert  # noqa: E402
+from lowbit.io.torch_llama import TorchLlama  # noqa: E402
+from lowbit.model import Model  # noqa: E402
+
+from .tiny import random_weights, tiny_config, write_hf  # noqa: E402
+
+TEXT = ("The licenses for most software are designed to take away your freedom to share and change it. "
+        "By contrast, the hello world license is intended to guarantee your freedom to share. ") * 6
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def test_torch_llama_matches_lowbit_model():
+    cfg = tiny_config()
+    w = random_weights(cfg)
+    ids = [5, 9, 33, 2, 70, 71, 100, 4]
+    with torch.no_grad():
+        got = TorchLlama(cfg, w)(torch.tensor([ids]))[0].numpy()
+    want = Model.from_weights(cfg, w, max_context=64, native_decode=False).logits(ids)
+    assert np.allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def quantized_pair(seed=0):
+    cfg = tiny_config()
+    w = random_weights(cfg, seed=seed)
+    packed = {n: CodebookWeight.quantize(v, m=1, v=4, b=3, g=32, iters=1) for n, v in w.items() if is_linear(n)}
+    return cfg, w, packed
+
+
+def test_finetune_lowers_kd_loss_and_is_deterministic():
+    cfg, w, packed = quantized_pair()
+    rng = np.random.default_rng(0)
+    ids = [int(i) for i in rng.integers(3, cfg["vocab_size"], size=200)]
+    probe = torch.tensor([ids[:64], ids[100:164]])
+    runs = []
+    for _ in range(2):
+        student, teacher = TorchLlama(cfg, {**w, **packed}), TorchLlama(cfg, w)
+        with torch.no_grad():
+            before = float(kd_loss(student, teacher, probe))
+        losses = finetune(student, teacher, ids, steps=12, seq=48, lr=3e-3, seed=7, progress=False)
+        with torch.no_grad():
+            after = float(kd_loss(student, teacher, probe))
+        assert after < 0.9 * before, (before, after)
+        runs.append((losses, {n: lin.packed() for n, lin in student.codebook_linears().items()}, student.norms()))
+    (l1, p1, n1), (l2, p2, n2) = runs
+    assert l1 == l2
+    for n in p1:
+        assert np.array_equal(p1[n].codebooks, p2[n].codebooks) and np.array_equal(p1[n].scale, p2[n].scale)
+        assert np.array_equal(p1[n].codes, packed[n].codes)  # codes frozen
+    assert all(np.array_equal(n1[k], n2[k]) for k in n1)
+    student = TorchLlama(cfg, {**w, **packed})
+    finetune(student, TorchLlama(cfg, w), ids, steps=12, seq=48, lr=3e-3, seed=8, progress=False)
+    other = {n: lin.packed() for n, lin in student.codebook_linears().items()}
+    assert any(not np.array_equal(other[n].codebooks, p1[n].codebooks) for n in p1)  # the seed matters
+
+
+def digest(d):
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(d.iterdir()) if f.suffix == ".safetensors"}
+
+
+def test_convert_with_error_feedback_and_finetune_round_trips(tmp_path):
+    cfg = tiny_config()
+    w = random_weights(cfg)
+    src = write_hf(tmp_path / "src", cfg, w, dtype="f32")
+    text = tmp_path / "calib.txt"
+    text.write_text(TEXT)
+    opts = {"m": 2, "v": 4, "b": 3, "g": 32, "iters": 1, "seed": 3}
+    kw = dict(format="codebook", format_options=opts, calibration=text, calibration_tokens=300, progress=False,
+              error_feedback=True, finetune_steps=3, finetune_options={"seq": 32, "lr": 1e-3})
+    a = convert(src, tmp_path / "a", **kw)
+    b = convert(src, tmp_path / "b", **kw)
+    assert digest(a) == digest(b)
+    ck = open_checkpoint(a)
+    assert ck.lowbit["error_feedback"] == {"damp": 0.01} and ck.lowbit["finetune"]["steps"] == 3
+    name = "model.layers.1.mlp.down_proj.weight"
+    pw = ck.load(name)
+    assert isinstance(pw, CodebookWeight) and (pw.m, pw.v, pw.b, pw.group) == (2, 4, 3, 32)
+    assert np.mean((pw.dequantize() - w[name]) ** 2) < 0.5 * np.mean(w[name] ** 2)
+    norm = ck.load("model.layers.0.input_layernorm.weight")
+    assert norm.dtype == np.float32 and not np.array_equal(norm, w["model.layers.0.input_layernorm.weight"])
+    assert load(a).logits([1, 2, 3]).shape == (3, cfg["vocab_size"])
+
+
+def test_cli_flags_and_errors(tmp_path):
+    cfg = tiny_config()
+    src = write_hf(tmp_path / "src", cfg, random_weights(cfg), dtype="f32")
+    text = tmp_path / "calib.txt"
+    text.write_text(TEXT)
+    out = tmp_path / "out"
+    assert main(["convert", str(src), str(out), "--format", "codebook", "--b", "3", "--g", "32", "--iters", "1",
+                 "--calibration", str(text), "--calibration-tokens", "200", "--finetune-steps", "2",
+                 "--finetune-seq", "32", "--damp", "0.05", "-q"]) == 0
+    meta = open_checkpoint(out).lowbit
+    assert meta["error_feedback"] == {"damp": 0.05} and meta["finetune"]["steps"] == 2
+    with pytest.raises(ValueError, match="calibration"):
+        convert(src, tmp_path / "x", format="codebook", error_feedback=True, progress=False)
+    with pytest.raises(ValueError, match="Llama"):
+        convert(write_hf(tmp_path / "q", tiny_config(model_type="qwen2"), random_weights(tiny_config(model_type="qwen2")),
+                         dtype="f32"), tmp_path / "y", format="codebook", calibration=text, error_feedback=True,
+                progress=False)
