@@ -27,6 +27,7 @@ import numpy as np
 import lowbit
 from lowbit import _native
 from lowbit.bench import print_json
+from lowbit.bench.roof import nominal_mhz
 from lowbit.bench.gemv import ROTATE_L3_FACTOR, l3_bytes, random_weight, time_matmul
 from lowbit.bench.shapes import MODEL_SHAPES, linear_shapes
 from lowbit.formats.rsr_index import RSRIndex
@@ -176,6 +177,28 @@ def tune_gemv_k(n: int, rng, plus: bool) -> tuple[int, dict]:
     return pick_k(ks, lambda k: native_gemv(idx[k], x, plus, repeats=1, min_time=MIN_TIME / 4) / idx[k].shape[0])
 
 
+# Memory operations of the one-token RSR++ step 1 (kernels/rsr_step2.inc): per input one gathered x load,
+# a quarter of a 64-bit load of four uint16 permutation entries and one prefix store; per segment bound one
+# seg load, one prefix load and one u store. Zen 3 issues at most 3 memory operations a cycle.
+MEMOPS_PER_INPUT = 2.25
+MEMOPS_PER_SEGMENT = 3.0
+MEMOPS_PER_CYCLE = 3.0
+
+
+def rsrpp_gemv_bound(idx: RSRIndex, dot_s: float, threads: int, mhz: float | None) -> dict:
+    """The fastest a one-token RSR++ product could run here: its index streamed at the bandwidth np.dot(v, A)
+    reached in the same run (4 n^2 bytes per call), and its step-1 memory operations at the load/store ports
+    (threads cores at the nominal clock). The larger of the two is the bound."""
+    m, kdim = idx.shape
+    bw = 4.0 * m * kdim / dot_s
+    out = {"index_stream_s": idx.nbytes / bw, "dot_gb_s": bw / 1e9}
+    if mhz:
+        ops = idx.nblocks * (kdim * MEMOPS_PER_INPUT + idx.segments * MEMOPS_PER_SEGMENT)
+        out["port_s"] = ops / MEMOPS_PER_CYCLE / (threads * mhz * 1e6)
+    out["bound_s"] = max(out["index_stream_s"], out.get("port_s", 0.0))
+    return out
+
+
 def fig4(ns, rng, slab_bytes: int, progress) -> list[dict]:
     rows = []
     for n in ns:
@@ -198,6 +221,9 @@ def fig4(ns, rng, slab_bytes: int, progress) -> list[dict]:
             row.update({f"{name}_k": k, f"{name}_s": t, f"{name}_index_bytes": idx.nbytes})
             if plus:
                 row["rsrpp_i8_s"] = native_gemv(idx, q, plus)  # same index and k, int8 activations
+                bound = rsrpp_gemv_bound(idx, t_dot, lowbit.get_threads(), nominal_mhz())
+                row.update({f"rsrpp_{key}": v for key, v in bound.items()})
+                row["rsrpp_of_bound"] = bound["bound_s"] / t
             del idx
         lut = random_lut(n, n, rng)
         row["lut_s"] = lut_seconds(lut, 1, rng)
@@ -369,14 +395,18 @@ def print_rsr(res: dict) -> None:
               "RSR / RSR++ (float vector), RSR++ i8 (int8 vector) and rsr-lut (int8; table lookup, not the paper's RSR)")
         print(f"{'n':>7s} {'std ms':>9s} {'np.dot ms':>10s} {'RSR ms':>8s} {'k':>3s} {'RSR++ ms':>9s} {'k':>3s} "
               f"{'++i8 ms':>8s} {'lut ms':>8s} {'++ vs std':>9s} {'++ vs np':>8s} {'++i8 vs np':>10s} {'lut vs np':>9s} "
-              f"{'index MB':>9s} {'lut MB':>7s}")
+              f"{'index MB':>9s} {'lut MB':>7s} {'++ bound ms':>11s} {'++ of bound':>11s}")
         for r in res["fig4"]:
             print(f"{'2^' + str(int(math.log2(r['n']))):>7s} {r['standard_s'] * 1e3:9.2f} {r['numpy_dot_s'] * 1e3:10.2f} "
                   f"{r['rsr_s'] * 1e3:8.2f} {r['rsr_k']:3d} {r['rsrpp_s'] * 1e3:9.2f} {r['rsrpp_k']:3d} "
                   f"{r['rsrpp_i8_s'] * 1e3:8.2f} {r['lut_s'] * 1e3:8.2f} "
                   f"{r['speedup_rsrpp_vs_standard']:8.1f}x {r['speedup_rsrpp_vs_numpy']:7.1f}x "
                   f"{r['speedup_rsrpp_i8_vs_numpy']:9.1f}x {r['speedup_lut_vs_numpy']:8.1f}x "
-                  f"{r['rsrpp_index_bytes'] / 1e6:9.1f} {r['lut_bytes'] / 1e6:7.1f}")
+                  f"{r['rsrpp_index_bytes'] / 1e6:9.1f} {r['lut_bytes'] / 1e6:7.1f} {r['rsrpp_bound_s'] * 1e3:11.2f} "
+                  f"{r['rsrpp_of_bound']:10.0%}")
+        print("  ++ bound: the larger of RSR++'s index streamed at np.dot's bandwidth and its step-1 memory operations "
+              f"({MEMOPS_PER_INPUT} per input, {MEMOPS_PER_SEGMENT:g} per segment) at {MEMOPS_PER_CYCLE:g} a cycle per "
+              "core at the nominal clock (a core boosting above it can beat it); ++ of bound: bound / measured")
     if res.get("dense"):
         print("\nRSR++ (int8 activations, direct ternary index, k autotuned per K and N) and rsr-lut (ternary as two "
               "planes) vs lowbit's dense ternary kernel; speedup = dense time / time")
