@@ -164,13 +164,13 @@ def test_matmul_many_equals_separate_calls(isa, rng):
     assert matmul_many(ws, x[0])[0].shape == (576,)
 
 
-# The AVX2 GEMM tiles tokens by 6 (the unpacked-panel path of 2-bit and 1-bit codes, N >= 4, groups >= 128),
+# The AVX2 GEMM tiles tokens by 6 (the unpacked-panel path of 2-bit and 1-bit codes, N >= 4, groups >= 64),
 # 8 (2-bit and 1-bit otherwise) or 5 (4-bit), remainders by 4, 2, 1, and rows by halves of 8 or pairs of 16;
 # every token count up to two tiles and past the prefill chunk of 64 must match.
 TOKEN_COUNTS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 16, 17, 130]
-# int2's first two options have groups of 64 (the tile path); a group of 256 takes the panel path, its last
-# group partial at K = 1100 (Kp = 1152) and each split into s16 runs of 10 chunks and 6.
-PANEL_OPTIONS = {"int2": [{"group_size": 256}]}
+# A group of 256 splits into s16 runs of 10 chunks and 6 on the panel path, the last group partial at
+# K = 1100 (Kp = 1152); groups of 32 stay on the tile path at every N.
+PANEL_OPTIONS = {"int2": [{"group_size": 256}, {"group_size": 32}]}
 
 
 @pytest.mark.parametrize("fmt", INT_FORMATS)

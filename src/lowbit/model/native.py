@@ -154,3 +154,18 @@ class NativeDecoder:
         logits = np.empty((x.shape[0], self.vocab), np.float32)
         self._dec.decode_batch(x, np.ascontiguousarray(pos, np.int64), np.ascontiguousarray(slot, np.int64), logits)
         return logits
+
+    def step_rows(self, x: np.ndarray | None, pos, slot, first_logit: int, logits: np.ndarray | None = None,
+                  tokens=None) -> np.ndarray | None:
+        """Rows of several sequences in one step (decode rows and prompt chunks; built with slots=).
+
+        x: float32 [R, hidden] embeddings (overwritten), or None and tokens: int [R] ids whose rows are
+        gathered natively (needs has_embedding); pos, slot: int [R] -> logits float32
+        [R - first_logit, vocab] of the last rows (into `logits` when given), None when first_logit == R."""
+        R = x.shape[0] if x is not None else len(tokens) if tokens is not None else 0
+        if first_logit < R and logits is None:
+            logits = np.empty((R - first_logit, self.vocab), np.float32)
+        self._dec.step_rows(x, np.ascontiguousarray(pos, np.int64), np.ascontiguousarray(slot, np.int64),
+                            logits if first_logit < R else None, int(first_logit),
+                            None if tokens is None else np.ascontiguousarray(tokens, np.int64))
+        return logits if first_logit < R else None
