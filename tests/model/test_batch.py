@@ -95,10 +95,12 @@ def test_bad_decode_calls():
         SlotKVCache(0, 1, 1, 4, 4)
 
 
+@pytest.mark.parametrize("native_gather", [True, False])
 @pytest.mark.parametrize("fmt", ["int4", "ternary", "bf16"])
-def test_mixed_step_equals_sequential(isa, fmt):
+def test_mixed_step_equals_sequential(isa, fmt, native_gather):
     """One step carrying decode rows, a middle prompt chunk (no logits) and a last chunk (logits) gives
-    bitwise each sequence's own prefill / decode logits, and leaves every slot where they leave it."""
+    bitwise each sequence's own prefill / decode logits, and leaves every slot where they leave it; the
+    embedding rows gathered natively (token ids in) or in numpy (embeddings in)."""
     cfg = config("llama")
     model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=64)
     long = list(range(20, 43))  # a prompt run in chunks of 9, 9, 5
@@ -110,6 +112,8 @@ def test_mixed_step_equals_sequential(isa, fmt):
     model.reset()
     want["long"] = model.prefill(long)
     bd = BatchDecoder(model, 4)
+    assert bd._native.has_embedding
+    bd._native.has_embedding = native_gather
     bd.prefill(2, PROMPTS[0])
     bd.prefill(0, PROMPTS[1])
     assert bd.step([(3, long[:9], False)]).shape == (0, cfg["vocab_size"])
@@ -145,3 +149,11 @@ def test_bad_step_calls():
         nat.step_rows(x, [0, 1], [1, 1], 0, logits=np.empty((1, cfg["vocab_size"]), np.float32))
     with pytest.raises(ValueError, match="outside the cache"):
         nat.step_rows(x, [0, 8], [1, 1], 2)
+    with pytest.raises(ValueError, match="not both"):
+        nat.step_rows(x, [0, 1], [1, 1], 2, tokens=[1, 2])
+    with pytest.raises(ValueError, match="not both"):
+        nat.step_rows(None, [0, 1], [1, 1], 2)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        nat.step_rows(None, [0, 1], [1, 1], 2, tokens=[1, cfg["vocab_size"]])
+    with pytest.raises(ValueError, match="pos and slot"):
+        nat.step_rows(None, [0, 1], [1, 1], 2, tokens=[1, 2, 3])

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -151,7 +153,8 @@ def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens
         asyncio.run(_level(srv.url, 1, 1, random_prompts(rng, 1, prompt_tokens, ids), min(gen_tokens, 4), timeout))
         for c in clients:
             prompts = pool or random_prompts(rng, requests, prompt_tokens, ids)
-            with StepProfile(srv.engine, profile) as prof:
+            threads = {"http": srv.http_thread_id, "clients": threading.get_native_id()}
+            with StepProfile(srv.engine, profile, threads) as prof:
                 lv = _level_sync(srv.url, c, requests, prompts, gen_tokens, timeout)
             if profile:
                 lv["profile"] = prof.result
@@ -168,16 +171,30 @@ def _level_sync(url, c, requests, prompts, gen_tokens, timeout) -> dict:
     return asyncio.run(_level(url, c, requests, prompts, gen_tokens, timeout))
 
 
+def thread_cpu_seconds(tid: int | None) -> float | None:
+    """CPU time (user + system) of thread `tid` of this process so far, from /proc (Linux); else None."""
+    if tid is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class StepProfile:
     """Where a level's wall time went, per engine step: the native step's categories (kernels/decoder.h),
-    the engine's Python around it (admission, sampling, detokenizing, bookkeeping), and the time the engine
-    was not stepping (idle between requests; HTTP and client work run on other threads meanwhile)."""
+    the engine's Python around it (admission, sampling, detokenizing, bookkeeping), the time the engine
+    was not stepping (idle between requests), and the CPU time the HTTP server's thread and the clients'
+    thread used meanwhile (on the same cores as the step: they slow it down when they run during it)."""
 
     CATEGORIES = ("gemv", "join", "attention", "lm_head", "rest")
 
-    def __init__(self, engine, on: bool):
+    def __init__(self, engine, on: bool, threads: dict | None = None):
         self.engine, self.on, self.result = engine, on, None
         self.nat = engine.runner._native if on else None
+        self.threads = threads or {}
 
     def __enter__(self):
         if self.on:
@@ -185,6 +202,7 @@ class StepProfile:
                 self.nat.set_profile(True)
             e = self.engine
             self.start = (e.steps, e.rows, e.step_seconds, time.perf_counter())
+            self.cpu0 = {k: thread_cpu_seconds(t) for k, t in self.threads.items()}
         return self
 
     def __exit__(self, *exc):
@@ -206,7 +224,14 @@ class StepProfile:
             r["native_ms"] = 1e3 * native / n
         r["python_ms"] = 1e3 * max(step_s - native, 0.0) / n
         r["not_stepping_ms"] = 1e3 * max(wall - step_s, 0.0) / n
+        for k, t in self.threads.items():
+            c0, c1 = self.cpu0.get(k), thread_cpu_seconds(t)
+            r[k + "_cpu_ms"] = 1e3 * (c1 - c0) / n if c0 is not None and c1 is not None else None
         self.result = r
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def print_result(r: dict) -> None:
@@ -226,16 +251,18 @@ def print_result(r: dict) -> None:
         print(f"{lv['clients']:>7} {lv['aggregate_prompt_tps']:>12.1f} {lv['aggregate_tps']:>15.1f}")
     if any("profile" in lv for lv in r["levels"]):
         print("per engine step (ms): native step = gemv/gemm + join + attention + lm_head + rest; python = the "
-              "engine around it; idle = engine not stepping")
+              "engine around it; idle = engine not stepping; http / client cpu = CPU time of the server's and the "
+              "clients' threads per step")
         print(f"{'clients':>7} {'steps':>6} {'rows':>6} {'wall':>7} {'gemv':>7} {'join':>6} {'attn':>6} {'head':>6} "
-              f"{'rest':>6} {'python':>7} {'idle':>6}")
+              f"{'rest':>6} {'python':>7} {'idle':>6} {'http cpu':>8} {'client cpu':>10}")
         for lv in r["levels"]:
             p = lv.get("profile")
             if p:
                 print(f"{lv['clients']:>7} {p['steps']:>6} {p['rows_per_step']:>6.1f} {p['wall_ms_per_step']:>7.2f} "
                       + " ".join(f"{p.get(c + '_ms', float('nan')):>{w}.2f}" for c, w in
                                  (("gemv", 7), ("join", 6), ("attention", 6), ("lm_head", 6), ("rest", 6)))
-                      + f" {p['python_ms']:>7.2f} {p['not_stepping_ms']:>6.2f}")
+                      + f" {p['python_ms']:>7.2f} {p['not_stepping_ms']:>6.2f} {_ms(p.get('http_cpu_ms')):>8}"
+                      f" {_ms(p.get('clients_cpu_ms')):>10}")
 
 
 def add_parser(bsub) -> None:

@@ -154,12 +154,16 @@ class BatchDecoder:
                 last_pos.append(at + n)
                 last_slot.append(s)
         first = len(tokens)
-        x = self.model.embed_ids(tokens + last_tok)  # [R, hidden]
         if self._logits is None:
             self._logits = np.empty((self.n_slots, self._native.vocab), np.float32)
         logits = self._logits[:n_logits]
-        self._native.step_rows(x, np.array(pos + last_pos, np.int64), np.array(slot_of + last_slot, np.int64), first,
-                               logits)
+        rows = tokens + last_tok
+        nat = self._native
+        pos, slot_of = np.array(pos + last_pos, np.int64), np.array(slot_of + last_slot, np.int64)
+        if nat.has_embedding:  # the embedding rows gathered natively
+            nat.step_rows(None, pos, slot_of, first, logits, tokens=rows)
+        else:
+            nat.step_rows(self.model.embed_ids(rows), pos, slot_of, first, logits)  # x: [R, hidden]
         for s, ids, _ in items:
             c = self.cache.slot(s)
             c.length += len(ids)
