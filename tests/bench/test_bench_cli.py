@@ -131,7 +131,7 @@ def test_rsr_figures_json_table_and_plot(tmp_path, capsys, monkeypatch):
                                                            (512, "ternary")]
     assert all(r["numpy_dot_s"] > 0 and r["numpy_rsr_s"] > 0 and r["numpy_dot_int64_s"] > 0 for r in res["fig11"])
     assert [r["n"] for r in res["fig4"]] == [256, 512]
-    assert all(r[key] > 0 for r in res["fig4"] for key in ("rsr_s", "rsrpp_s", "rsrpp_i8_s", "lut_s"))
+    assert all(r[key] > 0 for r in res["fig4"] for key in ("rsr_s", "rsrpp_s", "rsrpp_i8_s", "lut_s", "rsrpp_bound_s"))
     assert {(r["M"], r["K"]) for r in res["dense"]} == {(1536, 1536), (4096, 1536), (1536, 4096)}
     assert all(r["N"] == 32 and r["dense_us"] > 0 and r["rsr_us"] > 0 and r["index_bytes"] > 0 for r in res["dense"])
     assert all(r["lut_us"] > 0 and r["lut_bytes"] == 2 * r["M"] * r["K"] // 8 for r in res["dense"])
@@ -140,6 +140,31 @@ def test_rsr_figures_json_table_and_plot(tmp_path, capsys, monkeypatch):
     assert main(["bench", "rsr", "--parts", "size", "--min-n", "11", "--max-n", "16"]) == 0
     out = capsys.readouterr().out
     assert "Index size" in out and "2^16" in out
+
+
+def test_rsr_kscan_reports_cpu_time_per_k(capsys):
+    import lowbit
+    threads = lowbit.get_threads()
+    assert main(["bench", "rsr", "--parts", "kscan", "--min-n", "8", "--max-n", "8", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["kscan"]
+    assert [r["k"] for r in rows] == list(range(3, 8))  # eq. 7 at n = 256: k = 6, scanned from 3 to 7
+    assert all(r["f32_ns_per_input"] > 0 and r["i8_ns_per_weight"] > 0 for r in rows)
+    assert all(r["f32_ns_per_weight"] == pytest.approx(r["f32_ns_per_input"] / r["k"]) for r in rows)  # k rows a block
+    assert lowbit.get_threads() == threads  # restored
+
+
+def test_rsr_gemv_bound_counts_index_bytes_and_memory_operations():
+    from lowbit.bench.rsr import MEMOPS_PER_CYCLE, MEMOPS_PER_INPUT, MEMOPS_PER_SEGMENT, rsrpp_gemv_bound
+    from lowbit.formats.rsr_index import RSRIndex
+    idx = RSRIndex.build(np.zeros((40, 1000), np.uint8), 4, 2, (0.0, 1.0))  # 10 blocks, 16 segments each
+    assert idx.nbytes == 10 * (1000 * 2 + 17 * 2)
+    b = rsrpp_gemv_bound(idx, dot_s=4 * 40 * 1000 / 1e9, threads=2, mhz=1000.0)  # np.dot at 1 GB/s
+    assert b["dot_gb_s"] == pytest.approx(1.0)
+    assert b["index_stream_s"] == pytest.approx(idx.nbytes / 1e9)
+    ops = 10 * (1000 * MEMOPS_PER_INPUT + 16 * MEMOPS_PER_SEGMENT)
+    assert b["port_s"] == pytest.approx(ops / MEMOPS_PER_CYCLE / 2e9)
+    assert b["bound_s"] == max(b["port_s"], b["index_stream_s"])
+    assert rsrpp_gemv_bound(idx, 1.0, 2, None).keys() == {"index_stream_s", "dot_gb_s", "bound_s"}  # no clock known
 
 
 def test_rsr_bad_arguments(capsys):

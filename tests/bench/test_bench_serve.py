@@ -13,7 +13,7 @@ from lowbit.cli import main  # noqa: E402
 
 def test_bench_serve_shape_json(capsys):
     args = ["bench", "serve", "--shape", "bitnet-0.7b", "--layers", "1", "--requests", "6", "-p", "5", "-n", "4",
-            "--clients", "1,3", "--json"]
+            "--clients", "1,3", "--profile", "--json"]
     assert main(args) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["max_batch"] == 3 and [lv["clients"] for lv in res["levels"]] == [1, 3]
@@ -21,15 +21,19 @@ def test_bench_serve_shape_json(capsys):
         assert lv["completed"] == 6 and lv["failed"] == 0 and lv["lost"] == 0
         assert lv["completion_tokens"] == 6 * 4  # no EOS in a random shape: every request runs to max_tokens
         assert lv["aggregate_tps"] > 0 and lv["per_request_tps_p50"] > 0
+        assert lv["prompt_tokens"] == 6 * 5 and lv["aggregate_prompt_tps"] > 0
+        p = lv["profile"]  # every prompt and generated token went through some step's rows
+        assert p["steps"] >= 4 and p["rows_per_step"] * p["steps"] == pytest.approx(6 * 5 + 6 * 3)
+        assert 0 < p["gemv_ms"] < p["native_ms"] <= p["step_ms"] <= p["wall_ms_per_step"] and p["python_ms"] >= 0
         assert 0 < lv["ttft_p50_s"] <= lv["ttft_p95_s"] and lv["ttft_p50_s"] < lv["latency_p50_s"] <= lv["latency_p95_s"]
     assert res["levels"][0]["speedup_vs_1_client"] == 1.0
 
 
 def test_bench_serve_table_and_bad_args(capsys):
     assert main(["bench", "serve", "--shape", "bitnet-0.7b", "--layers", "1", "--requests", "2", "-p", "3", "-n", "2",
-                 "--clients", "1"]) == 0
+                 "--clients", "1", "--prompt-pool", "1"]) == 0
     out = capsys.readouterr().out
-    assert "aggregate tok/s" in out and "TTFT" in out
+    assert "aggregate tok/s" in out and "TTFT" in out and "prompt tok/s" in out
     assert main(["bench", "serve", "--shape", "bitnet-0.7b", "--layers", "1", "--clients", "1,x"]) == 1
     assert "--clients" in capsys.readouterr().err
 

@@ -164,9 +164,13 @@ def test_matmul_many_equals_separate_calls(isa, rng):
     assert matmul_many(ws, x[0])[0].shape == (576,)
 
 
-# The AVX2 GEMM tiles tokens by 8 (2-bit and 1-bit codes) or 5 (4-bit), remainders by 4, 2, 1, and rows by
-# halves of 8; every token count up to two tiles and past the prefill chunk of 64 must match.
-TOKEN_COUNTS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 130]
+# The AVX2 GEMM tiles tokens by 6 (the unpacked-panel path of 2-bit and 1-bit codes, N >= 4, groups >= 64),
+# 8 (2-bit and 1-bit otherwise) or 5 (4-bit), remainders by 4, 2, 1, and rows by halves of 8 or pairs of 16;
+# every token count up to two tiles and past the prefill chunk of 64 must match.
+TOKEN_COUNTS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 16, 17, 130]
+# A group of 256 splits into s16 runs of 10 chunks and 6 on the panel path, the last group partial at
+# K = 1100 (Kp = 1152); groups of 32 stay on the tile path at every N.
+PANEL_OPTIONS = {"int2": [{"group_size": 256}, {"group_size": 32}]}
 
 
 @pytest.mark.parametrize("fmt", INT_FORMATS)
@@ -174,7 +178,7 @@ def test_gemm_token_tiles_match_reference(isa, fmt, rng):
     m, k = 77, 1100  # M: a partial half of 8 rows; K: not a multiple of 64, > 16 chunks (several s16 flushes)
     w = rng.standard_normal((m, k)).astype(np.float32)
     x = rng.standard_normal((max(TOKEN_COUNTS), k)).astype(np.float32) * 3
-    for opts in OPTIONS[fmt][:2]:
+    for opts in OPTIONS[fmt][:2] + PANEL_OPTIONS.get(fmt, []):
         pw = quantize(w, fmt, **opts)
         for n in TOKEN_COUNTS:
             ref = reference(pw, x[:n])
@@ -186,7 +190,8 @@ def test_gemm_token_tiles_match_reference(isa, fmt, rng):
 @pytest.mark.parametrize("sign", [1, -1])
 def test_s16_accumulators_at_the_bound(isa, fmt, sign):
     """Largest codes against activations of +-127 over one long group: every s16 run of the AVX2 kernel sits at
-    its bound (kFlush chunks of 2 * maxc * 127 per instruction); one more instruction per run would wrap."""
+    its bound (kFlush chunks of 2 * maxc * 127 per instruction; the 2-bit GEMV's 4x planes: 5 chunks of
+    2 * 2 * 12 * 127); one more instruction per run would wrap. N = 9 runs the GEMM tiles, N = 1 the GEMV."""
     m, k = 40, 500 if fmt == "int8" else 2000  # |y| < 2^24: exact in float32
     cls = quantize(np.ones((2, 64), np.float32), fmt).__class__
     top = 2 if fmt == "ternary" else (1 << cls.bits) - 1
@@ -200,3 +205,5 @@ def test_s16_accumulators_at_the_bound(isa, fmt, sign):
     a_, b_ = pw.affine()
     exact = (x.astype(np.int64) @ codes.astype(np.int64).T) * a_[0, 0] + b_[:, 0] * x.sum(axis=1, keepdims=True)
     np.testing.assert_array_equal(y, exact.astype(np.float32))
+    for n in (0, 4):
+        np.testing.assert_array_equal(pw.matmul(x[n:n + 1]), exact[n:n + 1].astype(np.float32), err_msg=f"N=1 {n}")

@@ -103,3 +103,26 @@ def test_llm_generate_list(model):
     llm.generate(PROMPTS[:2], max_tokens=3)
     assert isinstance(llm.last_stats, list) and llm.last_stats[0].generation_tokens <= 3
     assert np.all([s.prompt_tokens > 0 for s in llm.last_stats])
+
+
+def test_mixed_prefill_decode_equals_sequential(model):
+    """Newcomers' prompt chunks run in the same steps as the running sequences' decode rows: a request
+    arriving mid-decode with a prompt longer than the chunk delays nobody's next token, and every text is
+    the one-at-a-time greedy text."""
+    tok = ByteTokenizer()
+    prompts = ["Hi", "The quick brown fox jumps over", "xy"]
+    want = sequential(model, prompts, max_tokens=14)
+    eng = BatchEngine(model, tok, max_batch=3, prefill_chunk=5)
+    a = eng.submit(tok.encode(prompts[0]), max_tokens=14)
+    for _ in range(3):
+        eng.step()
+    assert a.state == "decode" and len(a.tokens) == 3  # its 3-id prompt took one step
+    b = eng.submit(tok.encode(prompts[1]), max_tokens=14)  # 31 ids: 7 chunks of <= 5
+    c = eng.submit(tok.encode(prompts[2]), max_tokens=14)
+    rows = eng.rows
+    for i in range(3):
+        eng.step()
+        assert len(a.tokens) == 4 + i  # a gets a token every step while b is prefilled
+    assert b.state == "prefill" and b.n_cached == 15 and eng.rows - rows == 3 + 15
+    eng.run()
+    assert [(s.text, len(s.tokens), s.finish_reason) for s in (a, b, c)] == want

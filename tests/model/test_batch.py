@@ -93,3 +93,67 @@ def test_bad_decode_calls():
         BatchDecoder(model, 2, max_context=9)
     with pytest.raises(ValueError, match="slot"):
         SlotKVCache(0, 1, 1, 4, 4)
+
+
+@pytest.mark.parametrize("native_gather", [True, False])
+@pytest.mark.parametrize("fmt", ["int4", "ternary", "bf16"])
+def test_mixed_step_equals_sequential(isa, fmt, native_gather):
+    """One step carrying decode rows, a middle prompt chunk (no logits) and a last chunk (logits) gives
+    bitwise each sequence's own prefill / decode logits, and leaves every slot where they leave it; the
+    embedding rows gathered natively (token ids in) or in numpy (embeddings in)."""
+    cfg = config("llama")
+    model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=64)
+    long = list(range(20, 43))  # a prompt run in chunks of 9, 9, 5
+    want = {}
+    for name, prompt, nxt in (("a", PROMPTS[0], 7), ("b", PROMPTS[1], 299)):
+        model.reset()
+        model.prefill(prompt)
+        want[name] = model.decode(nxt)
+    model.reset()
+    want["long"] = model.prefill(long)
+    bd = BatchDecoder(model, 4)
+    assert bd._native.has_embedding
+    bd._native.has_embedding = native_gather
+    bd.prefill(2, PROMPTS[0])
+    bd.prefill(0, PROMPTS[1])
+    assert bd.step([(3, long[:9], False)]).shape == (0, cfg["vocab_size"])
+    got = bd.step([(3, long[9:18], False), (2, [7], True), (0, [299], True)])
+    assert np.array_equal(got[0], want["a"]) and np.array_equal(got[1], want["b"])
+    got = bd.step([(3, long[18:], True)])
+    assert np.array_equal(got[0], want["long"])
+    assert bd.slot(3).tokens == long and bd.slot(2).length == len(PROMPTS[0]) + 1
+
+
+def test_bad_step_calls():
+    cfg = config("llama")
+    model = Model.from_weights(cfg, dummy_weights(cfg), format="int4", max_context=8)
+    bd = BatchDecoder(model, 2)
+    with pytest.raises(ValueError, match="twice"):
+        bd.step([(0, [1], True), (0, [2], True)])
+    with pytest.raises(ValueError, match="outside"):
+        bd.step([(2, [1], True)])
+    with pytest.raises(ValueError, match="at least one token"):
+        bd.step([(0, [], True)])
+    with pytest.raises(ValueError, match="at least one item"):
+        bd.step([])
+    with pytest.raises(ContextOverflowError):
+        bd.step([(1, list(range(9)), True)])
+    assert bd.slot(1).length == 0
+    nat = bd._native
+    x = np.zeros((2, cfg["hidden_size"]), np.float32)
+    with pytest.raises(ValueError, match="same slot and position"):
+        nat.step_rows(x, [0, 0], [1, 1], 2)
+    with pytest.raises(ValueError, match="first_logit"):
+        nat.step_rows(x, [0, 1], [1, 1], 3)
+    with pytest.raises(ValueError, match="logits must be"):
+        nat.step_rows(x, [0, 1], [1, 1], 0, logits=np.empty((1, cfg["vocab_size"]), np.float32))
+    with pytest.raises(ValueError, match="outside the cache"):
+        nat.step_rows(x, [0, 8], [1, 1], 2)
+    with pytest.raises(ValueError, match="not both"):
+        nat.step_rows(x, [0, 1], [1, 1], 2, tokens=[1, 2])
+    with pytest.raises(ValueError, match="not both"):
+        nat.step_rows(None, [0, 1], [1, 1], 2)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        nat.step_rows(None, [0, 1], [1, 1], 2, tokens=[1, cfg["vocab_size"]])
+    with pytest.raises(ValueError, match="pos and slot"):
+        nat.step_rows(None, [0, 1], [1, 1], 2, tokens=[1, 2, 3])

@@ -11,6 +11,8 @@
             rsr-lut (ternary as two planes) vs the dense ternary kernel at a model's shapes for
             N = 1, 8, 32, 128, 512 tokens
     size    index bytes per weight next to the 2-bit packed matrix and the paper's log-factor claim
+    kscan   one-token RSR++ (binary) in ns per gathered input and ps per weight for each k near eq. 7's,
+            1 thread, CPU time of the thread (not in the default parts: for comparing kernels on a busy machine)
 
 Dense n x n baselines that would not fit in memory (a float32 2^15 x 2^15 matrix is 4 GiB) are timed on a
 row slab of at most --slab-mb and scaled by n / rows: the product is a stream over the matrix, its time
@@ -27,6 +29,7 @@ import numpy as np
 import lowbit
 from lowbit import _native
 from lowbit.bench import print_json
+from lowbit.bench.roof import nominal_mhz
 from lowbit.bench.gemv import ROTATE_L3_FACTOR, l3_bytes, random_weight, time_matmul
 from lowbit.bench.shapes import MODEL_SHAPES, linear_shapes
 from lowbit.formats.rsr_index import RSRIndex
@@ -176,6 +179,28 @@ def tune_gemv_k(n: int, rng, plus: bool) -> tuple[int, dict]:
     return pick_k(ks, lambda k: native_gemv(idx[k], x, plus, repeats=1, min_time=MIN_TIME / 4) / idx[k].shape[0])
 
 
+# Memory operations of the one-token RSR++ step 1 (kernels/rsr_step2.inc): per input one gathered x load,
+# a quarter of a 64-bit load of four uint16 permutation entries and one prefix store; per segment bound one
+# seg load, one prefix load and one u store. Zen 3 issues at most 3 memory operations a cycle.
+MEMOPS_PER_INPUT = 2.25
+MEMOPS_PER_SEGMENT = 3.0
+MEMOPS_PER_CYCLE = 3.0
+
+
+def rsrpp_gemv_bound(idx: RSRIndex, dot_s: float, threads: int, mhz: float | None) -> dict:
+    """The fastest a one-token RSR++ product could run here: its index streamed at the bandwidth np.dot(v, A)
+    reached in the same run (4 n^2 bytes per call), and its step-1 memory operations at the load/store ports
+    (threads cores at the nominal clock). The larger of the two is the bound."""
+    m, kdim = idx.shape
+    bw = 4.0 * m * kdim / dot_s
+    out = {"index_stream_s": idx.nbytes / bw, "dot_gb_s": bw / 1e9}
+    if mhz:
+        ops = idx.nblocks * (kdim * MEMOPS_PER_INPUT + idx.segments * MEMOPS_PER_SEGMENT)
+        out["port_s"] = ops / MEMOPS_PER_CYCLE / (threads * mhz * 1e6)
+    out["bound_s"] = max(out["index_stream_s"], out.get("port_s", 0.0))
+    return out
+
+
 def fig4(ns, rng, slab_bytes: int, progress) -> list[dict]:
     rows = []
     for n in ns:
@@ -198,6 +223,9 @@ def fig4(ns, rng, slab_bytes: int, progress) -> list[dict]:
             row.update({f"{name}_k": k, f"{name}_s": t, f"{name}_index_bytes": idx.nbytes})
             if plus:
                 row["rsrpp_i8_s"] = native_gemv(idx, q, plus)  # same index and k, int8 activations
+                bound = rsrpp_gemv_bound(idx, t_dot, lowbit.get_threads(), nominal_mhz())
+                row.update({f"rsrpp_{key}": v for key, v in bound.items()})
+                row["rsrpp_of_bound"] = bound["bound_s"] / t
             del idx
         lut = random_lut(n, n, rng)
         row["lut_s"] = lut_seconds(lut, 1, rng)
@@ -213,6 +241,46 @@ def fig4(ns, rng, slab_bytes: int, progress) -> list[dict]:
                  f"  vs numpy: RSR++ x{row['speedup_rsrpp_vs_numpy']:.1f}, i8 x{row['speedup_rsrpp_i8_vs_numpy']:.1f},"
                  f" lut x{row['speedup_lut_vs_numpy']:.1f}")
     return rows
+
+
+# --- one-token cost per k, in CPU time ------------------------------------------------------------
+
+def kscan(ns, rng, progress, rows: int = 1100, repeats: int = 7, iters: int = 5) -> list[dict]:
+    """One-token RSR++ (binary, float and int8 x) in ns per gathered input and per weight for k around eq. 7,
+    on ~100 blocks, 1 thread, timed in CPU time of the calling thread (the kernel runs on it with one
+    thread): time taken from this process by other processes on a shared machine does not count."""
+    old = lowbit.get_threads()
+    lowbit.set_threads(1)
+    out = []
+    try:
+        for n in ns:
+            a = analytic_k(n, n, 2, True)
+            x = rng.standard_normal((1, n)).astype(np.float32)
+            q = rng.integers(-127, 128, (1, n), dtype=np.int8)
+            for k in range(max(2, a - 3), min(16, a + 1) + 1):
+                m = max(k, rows // k * k)
+                idx = random_index(m, n, k, 2, BIN, rng)
+                y = np.empty((1, m), np.float32)
+                row = {"n": n, "k": k, "blocks": idx.nblocks}
+                for name, xx in (("f32", x), ("i8", q)):
+                    best = math.inf
+                    for _ in range(repeats):
+                        t0 = time.thread_time()
+                        if name == "i8":
+                            _native.rsr_gemm_i8(idx.perm, idx.seg, m, n, k, 2, idx.values, xx, np.ones(1, np.float32),
+                                                None, 1.0, False, True, y, iters=iters)
+                        else:
+                            _native.rsr_gemm_f32(idx.perm, idx.seg, m, n, k, 2, idx.values, xx, None, 1.0, False, True,
+                                                 y, iters=iters)
+                        best = min(best, (time.thread_time() - t0) / iters)
+                    row[f"{name}_ns_per_input"] = best / (idx.nblocks * n) * 1e9
+                    row[f"{name}_ns_per_weight"] = best / (m * n) * 1e9
+                out.append(row)
+                progress(f"  kscan n=2^{int(math.log2(n))} k={k:2d}  f32 {row['f32_ns_per_input']:.3f} ns/input "
+                         f"{row['f32_ns_per_weight'] * 1e3:.1f} ps/weight  i8 {row['i8_ns_per_input']:.3f} ns/input")
+    finally:
+        lowbit.set_threads(old)
+    return out
 
 
 # --- RSR vs the dense ternary kernel ----------------------------------------------------------------
@@ -287,13 +355,14 @@ def size_table(ns) -> list[dict]:
 
 # --- CLI ---------------------------------------------------------------------------------------------
 
-PARTS = ("fig11", "fig4", "dense", "size")
+PARTS = ("fig11", "fig4", "dense", "size", "kscan")
 
 
 def add_parser(bsub) -> None:
     r = bsub.add_parser("rsr", help="RSR/RSR++ (paper 003): Figures 11 and 4, and against the dense ternary kernel",
                         description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    r.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)} (default all)")
+    r.add_argument("--parts", default=",".join(PARTS[:4]),
+                   help=f"comma-separated subset of {','.join(PARTS)} (default: all but kscan)")
     r.add_argument("--min-n", type=int, default=11, help="smallest n = 2^min-n (default 11)")
     r.add_argument("--max-n", type=int, default=None,
                    help="largest n = 2^max-n (default 15 for fig11, 16 for fig4; lower it to run short)")
@@ -320,6 +389,8 @@ def run(parts, min_n: int, max_n: int | None, shape: str, tokens, threads: int, 
         res["dense"] = dense_vs_rsr(shape, tokens, rng, progress)
     if "size" in parts:
         res["size"] = size_table([1 << e for e in range(min_n, (max_n or 16) + 1)])
+    if "kscan" in parts:
+        res["kscan"] = kscan([1 << e for e in range(min_n, (max_n or 15) + 1)], rng, progress)
     return res
 
 
@@ -369,14 +440,18 @@ def print_rsr(res: dict) -> None:
               "RSR / RSR++ (float vector), RSR++ i8 (int8 vector) and rsr-lut (int8; table lookup, not the paper's RSR)")
         print(f"{'n':>7s} {'std ms':>9s} {'np.dot ms':>10s} {'RSR ms':>8s} {'k':>3s} {'RSR++ ms':>9s} {'k':>3s} "
               f"{'++i8 ms':>8s} {'lut ms':>8s} {'++ vs std':>9s} {'++ vs np':>8s} {'++i8 vs np':>10s} {'lut vs np':>9s} "
-              f"{'index MB':>9s} {'lut MB':>7s}")
+              f"{'index MB':>9s} {'lut MB':>7s} {'++ bound ms':>11s} {'++ of bound':>11s}")
         for r in res["fig4"]:
             print(f"{'2^' + str(int(math.log2(r['n']))):>7s} {r['standard_s'] * 1e3:9.2f} {r['numpy_dot_s'] * 1e3:10.2f} "
                   f"{r['rsr_s'] * 1e3:8.2f} {r['rsr_k']:3d} {r['rsrpp_s'] * 1e3:9.2f} {r['rsrpp_k']:3d} "
                   f"{r['rsrpp_i8_s'] * 1e3:8.2f} {r['lut_s'] * 1e3:8.2f} "
                   f"{r['speedup_rsrpp_vs_standard']:8.1f}x {r['speedup_rsrpp_vs_numpy']:7.1f}x "
                   f"{r['speedup_rsrpp_i8_vs_numpy']:9.1f}x {r['speedup_lut_vs_numpy']:8.1f}x "
-                  f"{r['rsrpp_index_bytes'] / 1e6:9.1f} {r['lut_bytes'] / 1e6:7.1f}")
+                  f"{r['rsrpp_index_bytes'] / 1e6:9.1f} {r['lut_bytes'] / 1e6:7.1f} {r['rsrpp_bound_s'] * 1e3:11.2f} "
+                  f"{r['rsrpp_of_bound']:10.0%}")
+        print("  ++ bound: the larger of RSR++'s index streamed at np.dot's bandwidth and its step-1 memory operations "
+              f"({MEMOPS_PER_INPUT} per input, {MEMOPS_PER_SEGMENT:g} per segment) at {MEMOPS_PER_CYCLE:g} a cycle per "
+              "core at the nominal clock (a core boosting above it can beat it); ++ of bound: bound / measured")
     if res.get("dense"):
         print("\nRSR++ (int8 activations, direct ternary index, k autotuned per K and N) and rsr-lut (ternary as two "
               "planes) vs lowbit's dense ternary kernel; speedup = dense time / time")
@@ -395,5 +470,11 @@ def print_rsr(res: dict) -> None:
             print(f"{'2^' + str(int(math.log2(r['n']))):>7s} {r['binary_k']:5d} {r['binary_index_bpw']:8.2f} "
                   f"{r['ternary_planes_index_bpw']:10.2f} {r['ternary_direct_k']:6d} {r['ternary_direct_index_bpw']:11.2f} "
                   f"{'1 / 2':>12s} {r['paper_claim_bpw_of_uint8']:15.2f}")
+    if res.get("kscan"):
+        print("\nOne-token RSR++ per k (binary, ~100 blocks, 1 thread, CPU time of the thread: robust on a shared machine)")
+        print(f"{'n':>7s} {'k':>3s} {'f32 ns/input':>12s} {'f32 ps/weight':>13s} {'i8 ns/input':>11s} {'i8 ps/weight':>12s}")
+        for r in res["kscan"]:
+            print(f"{'2^' + str(int(math.log2(r['n']))):>7s} {r['k']:3d} {r['f32_ns_per_input']:12.3f} "
+                  f"{r['f32_ns_per_weight'] * 1e3:13.1f} {r['i8_ns_per_input']:11.3f} {r['i8_ns_per_weight'] * 1e3:12.1f}")
     if res.get("plot"):
         print(f"\nplot: {res['plot']}")

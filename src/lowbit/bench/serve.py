@@ -4,12 +4,13 @@
     lowbit bench serve -m model-dir
 
 The server runs in this process (engine thread + uvicorn on 127.0.0.1, a free port); the clients are
-asyncio tasks streaming /v1/completions with token-id prompts (random ids, `--prompt-tokens` long) and
-`max_tokens` = `--gen-tokens`. Each level sends exactly `--requests` requests, `clients` at a time, each
-with a timeout, so the run is bounded. A request fails unless it answers 200, streams to `data: [DONE]`
-and reports its usage; a request is lost if it never ends. Reported per level: aggregate generated
-tokens/s (all completion tokens / wall time), per-request decode tokens/s (median), time to first token
-and latency (p50 / p95).
+asyncio tasks streaming /v1/completions with token-id prompts (random ids, `--prompt-tokens` long, a new
+one per request unless `--prompt-pool`, so no level gains from cached prefixes) and `max_tokens` =
+`--gen-tokens`. Each level sends exactly `--requests` requests, `clients` at a time, each with a timeout,
+so the run is bounded. A request fails unless it answers 200, streams to `data: [DONE]` and reports its
+usage; a request is lost if it never ends. Reported per level: aggregate generated tokens/s (completion
+tokens only / wall time) and prompt tokens/s, per-request decode tokens/s (median), time to first token
+and latency (p50 / p95); `--profile` adds where each engine step's time went.
 
 --shape models have random weights and no tokenizer: they are served with IdTokenizer (token ids in,
 " <id>" pieces out), so no vocabulary is needed; EOS never fires (the shapes define none).
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -79,7 +82,7 @@ async def _one(client, url: str, prompt: list[int], gen_tokens: int, timeout: fl
     if not done or usage is None or first is None:
         return {"ok": False, "error": "stream ended without [DONE] / usage / text"}
     n = usage["completion_tokens"]
-    return {"ok": True, "tokens": n, "ttft": first - t0, "latency": t1 - t0,
+    return {"ok": True, "tokens": n, "prompt_tokens": usage["prompt_tokens"], "ttft": first - t0, "latency": t1 - t0,
             "tps": (n - 1) / (last - first) if n > 1 and last > first else float("nan")}
 
 
@@ -106,46 +109,129 @@ async def _level(base: str, clients: int, requests: int, prompts: list[list[int]
     ok = [r for r in results if r["ok"]]
     errors = sorted({r["error"] for r in results if not r["ok"]})
     toks = sum(r["tokens"] for r in ok)
+    ptoks = sum(r["prompt_tokens"] for r in ok)
     tps = [r["tps"] for r in ok if r["tps"] == r["tps"]]
     return {"clients": clients, "requests": requests, "completed": len(ok), "failed": len(results) - len(ok),
             "lost": requests - len(results), "errors": errors[:5], "wall_s": wall, "completion_tokens": toks,
-            "aggregate_tps": toks / wall if wall > 0 else 0.0, "per_request_tps_p50": _pct(tps, 50),
+            "prompt_tokens": ptoks, "aggregate_tps": toks / wall if wall > 0 else 0.0,
+            "aggregate_prompt_tps": ptoks / wall if wall > 0 else 0.0, "per_request_tps_p50": _pct(tps, 50),
             "ttft_p50_s": _pct([r["ttft"] for r in ok], 50), "ttft_p95_s": _pct([r["ttft"] for r in ok], 95),
             "latency_p50_s": _pct([r["latency"] for r in ok], 50),
             "latency_p95_s": _pct([r["latency"] for r in ok], 95)}
 
 
+def random_prompts(rng, n: int, length: int, ids: np.ndarray) -> list[list[int]]:
+    """n prompts of `length` token ids drawn from `ids`."""
+    return [[int(t) for t in ids[rng.integers(0, len(ids), size=length)]] for _ in range(n)]
+
+
 def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens: int, max_batch: int | None = None,
-          timeout: float = 600.0, seed: int = 0, label: str = "") -> dict:
-    """Starts a server on 127.0.0.1 for llm, runs each concurrency level, stops the server."""
+          timeout: float = 600.0, seed: int = 0, label: str = "", prompt_pool: int = 0,
+          profile: bool = False) -> dict:
+    """Starts a server on 127.0.0.1 for llm, runs each concurrency level, stops the server.
+
+    Every request has its own random prompt (prompt_pool 0), so no level gains from the server's prefix
+    re-use and each pays the same prefill per request; prompt_pool N > 0: the requests cycle through N
+    prompts (cached prefixes are then re-used). profile: the engine's step profile per level."""
     from lowbit.serve import Server
 
     if requests < 1 or prompt_tokens < 1 or gen_tokens < 1 or not clients or min(clients) < 1:
         raise ValueError("requests, prompt tokens, generated tokens and every client count must be >= 1")
+    if prompt_pool < 0:
+        raise ValueError(f"the prompt pool must be >= 0, got {prompt_pool}")
     ctx = prompt_tokens + gen_tokens + 1
     if ctx > llm.model.max_context:
         raise ValueError(f"prompt + generated tokens ({ctx - 1}) exceed the model's context ({llm.model.max_context})")
     rng = np.random.default_rng(seed)
     vocab = llm.model.args.vocab_size
     eos = set(getattr(llm.tokenizer, "eos_ids", ()) or ()) | llm.model.args.eos_ids
-    ids = [i for i in range(vocab) if i not in eos]
-    prompts = [[int(ids[j]) for j in rng.integers(0, len(ids), size=prompt_tokens)] for _ in range(max(clients))]
+    ids = np.array([i for i in range(vocab) if i not in eos], np.int64)
+    pool = random_prompts(rng, prompt_pool, prompt_tokens, ids) if prompt_pool else None
     batch = max_batch or max(clients)
     levels = []
     with Server(llm, port=0, max_batch=batch, max_context=ctx, max_queue=max(clients) + 1, model_id=label) as srv:
-        asyncio.run(_level(srv.url, 1, 1, prompts, min(gen_tokens, 4), timeout))  # warm-up
+        asyncio.run(_level(srv.url, 1, 1, random_prompts(rng, 1, prompt_tokens, ids), min(gen_tokens, 4), timeout))
         for c in clients:
-            levels.append(_level_sync(srv.url, c, requests, prompts, gen_tokens, timeout))
+            prompts = pool or random_prompts(rng, requests, prompt_tokens, ids)
+            threads = {"http": srv.http_thread_id, "clients": threading.get_native_id()}
+            with StepProfile(srv.engine, profile, threads) as prof:
+                lv = _level_sync(srv.url, c, requests, prompts, gen_tokens, timeout)
+            if profile:
+                lv["profile"] = prof.result
+            levels.append(lv)
     base = levels[0]["aggregate_tps"] if levels and levels[0]["clients"] == 1 else None
     for lv in levels:
         lv["speedup_vs_1_client"] = lv["aggregate_tps"] / base if base else None
     return {"model": label, "threads": lowbit.get_threads(),
             "isa": lowbit.cpu_info()["isa"], "max_batch": batch, "prompt_tokens": prompt_tokens,
-            "gen_tokens": gen_tokens, "levels": levels}
+            "gen_tokens": gen_tokens, "prompt_pool": prompt_pool, "levels": levels}
 
 
 def _level_sync(url, c, requests, prompts, gen_tokens, timeout) -> dict:
     return asyncio.run(_level(url, c, requests, prompts, gen_tokens, timeout))
+
+
+def thread_cpu_seconds(tid: int | None) -> float | None:
+    """CPU time (user + system) of thread `tid` of this process so far, from /proc (Linux); else None."""
+    if tid is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class StepProfile:
+    """Where a level's wall time went, per engine step: the native step's categories (kernels/decoder.h),
+    the engine's Python around it (admission, sampling, detokenizing, bookkeeping), the time the engine
+    was not stepping (idle between requests), and the CPU time the HTTP server's thread and the clients'
+    thread used meanwhile (on the same cores as the step: they slow it down when they run during it)."""
+
+    CATEGORIES = ("gemv", "join", "attention", "lm_head", "rest")
+
+    def __init__(self, engine, on: bool, threads: dict | None = None):
+        self.engine, self.on, self.result = engine, on, None
+        self.nat = engine.runner._native if on else None
+        self.threads = threads or {}
+
+    def __enter__(self):
+        if self.on:
+            if self.nat is not None:
+                self.nat.set_profile(True)
+            e = self.engine
+            self.start = (e.steps, e.rows, e.step_seconds, time.perf_counter())
+            self.cpu0 = {k: thread_cpu_seconds(t) for k, t in self.threads.items()}
+        return self
+
+    def __exit__(self, *exc):
+        if not self.on:
+            return
+        e = self.engine
+        steps, rows, step_s = e.steps - self.start[0], e.rows - self.start[1], e.step_seconds - self.start[2]
+        wall = time.perf_counter() - self.start[3]
+        n = max(steps, 1)
+        r = {"steps": steps, "rows_per_step": rows / n, "wall_ms_per_step": 1e3 * wall / n,
+             "step_ms": 1e3 * step_s / n}
+        native = 0.0
+        if self.nat is not None:
+            p = self.nat.profile()["batch"]
+            self.nat.set_profile(False)
+            native = p["seconds"]
+            for c in self.CATEGORIES:
+                r[c + "_ms"] = 1e3 * p[c] / n
+            r["native_ms"] = 1e3 * native / n
+        r["python_ms"] = 1e3 * max(step_s - native, 0.0) / n
+        r["not_stepping_ms"] = 1e3 * max(wall - step_s, 0.0) / n
+        for k, t in self.threads.items():
+            c0, c1 = self.cpu0.get(k), thread_cpu_seconds(t)
+            r[k + "_cpu_ms"] = 1e3 * (c1 - c0) / n if c0 is not None and c1 is not None else None
+        self.result = r
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def print_result(r: dict) -> None:
@@ -160,6 +246,23 @@ def print_result(r: dict) -> None:
               f"{lv['ttft_p50_s']:>7.2f}/{lv['ttft_p95_s']:<7.2f} {lv['latency_p50_s']:>8.2f}/{lv['latency_p95_s']:<8.2f}")
         for e in lv["errors"]:
             print(f"        error: {e}")
+    print(f"{'clients':>7} {'prompt tok/s':>12} {'generated tok/s':>15}   (aggregate, over each level's wall time)")
+    for lv in r["levels"]:
+        print(f"{lv['clients']:>7} {lv['aggregate_prompt_tps']:>12.1f} {lv['aggregate_tps']:>15.1f}")
+    if any("profile" in lv for lv in r["levels"]):
+        print("per engine step (ms): native step = gemv/gemm + join + attention + lm_head + rest; python = the "
+              "engine around it; idle = engine not stepping; http / client cpu = CPU time of the server's and the "
+              "clients' threads per step")
+        print(f"{'clients':>7} {'steps':>6} {'rows':>6} {'wall':>7} {'gemv':>7} {'join':>6} {'attn':>6} {'head':>6} "
+              f"{'rest':>6} {'python':>7} {'idle':>6} {'http cpu':>8} {'client cpu':>10}")
+        for lv in r["levels"]:
+            p = lv.get("profile")
+            if p:
+                print(f"{lv['clients']:>7} {p['steps']:>6} {p['rows_per_step']:>6.1f} {p['wall_ms_per_step']:>7.2f} "
+                      + " ".join(f"{p.get(c + '_ms', float('nan')):>{w}.2f}" for c, w in
+                                 (("gemv", 7), ("join", 6), ("attention", 6), ("lm_head", 6), ("rest", 6)))
+                      + f" {p['python_ms']:>7.2f} {p['not_stepping_ms']:>6.2f} {_ms(p.get('http_cpu_ms')):>8}"
+                      f" {_ms(p.get('clients_cpu_ms')):>10}")
 
 
 def add_parser(bsub) -> None:
@@ -177,6 +280,11 @@ def add_parser(bsub) -> None:
     s.add_argument("-n", "--gen-tokens", type=int, default=32, help="tokens generated per request (default 32)")
     s.add_argument("--max-batch", type=int, default=None, help="server batch size (default: the most clients)")
     s.add_argument("--timeout", type=float, default=600.0, help="seconds per request before it counts as failed")
+    s.add_argument("--prompt-pool", type=int, default=0,
+                   help="cycle the requests through N random prompts, so cached prefixes are re-used (default 0: "
+                        "every request its own prompt, every level the same prefill per request)")
+    s.add_argument("--profile", action="store_true",
+                   help="per engine step: the native step's parts, the engine's Python, idle time (per level)")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=main)
 
@@ -204,7 +312,7 @@ def main(args) -> int:
         llm = LLM(model, IdTokenizer(model.args.vocab_size))
         label = f"{shape} ({args.format}, random weights{f', {args.layers} layers' if args.layers else ''})"
     res = bench(llm, clients, args.requests, args.prompt_tokens, args.gen_tokens, args.max_batch, args.timeout,
-                label=label)
+                label=label, prompt_pool=args.prompt_pool, profile=args.profile)
     if args.json:
         print_json(res)
     else:

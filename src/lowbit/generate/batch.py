@@ -7,10 +7,11 @@
     seq.text, seq.tokens, seq.finish_reason, seq.stats
 
 Each step admits waiting sequences into free slots (a slot whose cache already holds a prefix of the
-prompt is preferred and that prefix is not recomputed), runs up to prefill_chunk prompt tokens of the
-newcomers (oldest first; a long prompt takes several steps), then one decode step for every sequence
-already generating (model/batch.py: one GEMM over their rows). Newcomers thus delay the others' next
-token by at most one chunk's prefill per step.
+prompt is preferred and that prefix is not recomputed), then runs one mixed native step
+(model/batch.py BatchDecoder.step: one GEMM over all rows) carrying the decode row of every sequence
+already generating and up to prefill_chunk prompt tokens of the newcomers (oldest first; a long prompt
+takes several steps). Newcomers thus slow the others' next token by at most one chunk's rows per step,
+and nobody waits for a separate prefill call. Greedy rows are sampled by one argmax over their logits.
 Text comes out as in Generation (generate/loop.py): EOS ends a sequence and is not emitted, stop strings
 cut the text, the streaming detokenizer keeps multi-byte characters whole; greedy output is the same.
 
@@ -23,6 +24,8 @@ import collections
 import threading
 import time
 from typing import Callable
+
+import numpy as np
 
 from lowbit.generate.detok import StopMatcher, StreamDecoder
 from lowbit.generate.loop import GenerationStats, peak_memory_gb
@@ -93,6 +96,8 @@ class BatchEngine:
         self.active: dict[int, Sequence] = {}  # slot -> sequence
         self.free = list(range(max_batch))
         self.steps = 0
+        self.rows = 0  # token rows run, decode and prompt (steps and rows: for the serving profile)
+        self.step_seconds = 0.0  # wall time inside step()
 
     @property
     def max_batch(self) -> int:
@@ -131,36 +136,67 @@ class BatchEngine:
         return bool(self._incoming or self.waiting or self.active)
 
     def step(self) -> bool:
-        """One round: admit, one prefill chunk, one batched decode step. Returns whether anything ran."""
+        """One round: admit newcomers, then one mixed native step over every running sequence's decode row
+        and up to prefill_chunk prompt tokens of the newcomers (oldest first). Returns whether anything ran."""
+        t0 = time.perf_counter()
+        try:
+            return self._step()
+        finally:
+            self.step_seconds += time.perf_counter() - t0
+
+    def _step(self) -> bool:
         with self._lock:
             while self._incoming:
                 self.waiting.append(self._incoming.popleft())
-        for seq in [s for s in self.waiting if s.cancelled]:
-            self.waiting.remove(seq)
-            self._finish(seq, "cancelled")
+        if any(s.cancelled for s in self.waiting):
+            for seq in [s for s in self.waiting if s.cancelled]:
+                self.waiting.remove(seq)
+                self._finish(seq, "cancelled")
         for seq in [s for s in self.active.values() if s.cancelled]:
             self._finish(seq, "cancelled")
         self._admit()
-        worked = False
+        items = [(s, [s.next_token], True) for s in self.active.values() if s.state == "decode"]
         budget = self.prefill_chunk  # prompt tokens this step, oldest newcomer first
         for seq in sorted((s for s in self.active.values() if s.state == "prefill"), key=lambda s: s.t_submit):
             if budget <= 0:
                 break
-            budget -= self._prefill_chunk(seq, budget)
-            worked = True
-        decoding = [s for s in self.active.values() if s.state == "decode"]
-        if decoding:
-            try:
-                logits = self.runner.decode([s.next_token for s in decoding], [s.slot for s in decoding])
-            except Exception as e:  # never leave sequences hanging: fail this step's sequences
-                for s in decoding:
-                    self._fail(s, e)
-            else:
-                for s, row in zip(decoding, logits):
-                    self._on_logits(s, row)
-            worked = True
-        self.steps += worked
-        return worked
+            ids = seq.prompt_ids[seq.n_cached:seq.n_cached + budget]
+            items.append((seq, ids, seq.n_cached + len(ids) == len(seq.prompt_ids)))
+            budget -= len(ids)
+        if not items:
+            return False
+        self.steps += 1
+        self.rows += sum(len(ids) for _, ids, _ in items)
+        try:
+            logits = self.runner.step([(s.slot, ids, w) for s, ids, w in items])  # [wanting, vocab]
+        except Exception as e:  # never leave sequences hanging: fail this step's sequences
+            for s, _, _ in items:
+                self._fail(s, e)
+            return True
+        for s, ids, _ in items:
+            if s.state == "prefill":
+                s.n_cached += len(ids)
+        wanting = [s for s, _, w in items if w]
+        for s, tok in zip(wanting, self._sample(wanting, logits)):
+            self._on_token(s, tok)
+        return True
+
+    @staticmethod
+    def _sample(seqs: list[Sequence], logits) -> list[int]:
+        """logits [len(seqs), vocab] -> one token per sequence: the plain greedy rows by one argmax over
+        their rows, the others by their own Sampler."""
+        plain = [i for i, s in enumerate(seqs) if s.params.temperature == 0.0 and s.params.repetition_penalty == 1.0]
+        out = [0] * len(seqs)
+        if plain:
+            best = np.argmax(logits if len(plain) == len(seqs) else logits[plain], axis=1)
+            for i, t in zip(plain, best.tolist()):
+                out[i] = t
+        if len(plain) < len(seqs):
+            done = set(plain)
+            for i, s in enumerate(seqs):
+                if i not in done:
+                    out[i] = s.sampler(logits[i], s.history)
+        return out
 
     def run(self) -> None:
         """Steps until every submitted sequence is done."""
@@ -196,22 +232,8 @@ class BatchEngine:
             seq.t_start = time.perf_counter()
             self.active[best] = seq
 
-    def _prefill_chunk(self, seq: Sequence, budget: int) -> int:
-        """Runs up to `budget` more prompt tokens of seq; returns how many."""
-        ids = seq.prompt_ids[seq.n_cached:seq.n_cached + budget]
-        try:
-            logits = self.runner.prefill(seq.slot, ids)
-        except Exception as e:
-            self._fail(seq, e)
-            return len(ids)
-        seq.n_cached += len(ids)
-        if seq.n_cached == len(seq.prompt_ids):
-            self._on_logits(seq, logits)
-        return len(ids)
-
-    def _on_logits(self, seq: Sequence, logits) -> None:
-        """Samples the next token of seq and emits its text; ends the sequence when it is done."""
-        tok = seq.sampler(logits, seq.history)
+    def _on_token(self, seq: Sequence, tok: int) -> None:
+        """Takes seq's next token and emits its text; ends the sequence when it is done."""
         now = time.perf_counter()
         if not seq.tokens:
             seq.t_first = now

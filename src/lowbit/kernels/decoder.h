@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention.h"
 #include "linear.h"
 
 namespace lowbit {
@@ -71,6 +72,14 @@ class Decoder {
   // own slot of a multi-slot cache whose slot 0 the layers' kc/vc point at (slot s starts slot_stride
   // elements later). x: [B][hidden] embeddings (overwritten); pos, slot: [B]; logits: [B][vocab].
   void decode_batch(float* x, int64_t B, const int64_t* pos, const int64_t* slot, float* logits);
+  // The mixed step (continuous batching with chunked prefill): R rows of any sequences, row r at position
+  // pos[r] of slot slot[r] — the decode rows of the running sequences and prompt chunks of newcomers in one
+  // call. The caller orders the rows so that those needing logits come last: logits [R - first_logit][vocab]
+  // of rows first_logit..R-1 (none when first_logit == R). A slot's rows must cover consecutive positions
+  // after what the slot holds (attention reads every position up to the row's own).
+  void step_rows(float* x, int64_t R, const int64_t* pos, const int64_t* slot, float* logits, int64_t first_logit) {
+    step(x, R, pos, slot, logits, first_logit, kStepBatch);
+  }
   void set_slots(int64_t n_slots, int64_t slot_stride) { n_slots_ = n_slots; slot_stride_ = slot_stride; }
   int64_t n_slots() const { return n_slots_; }
   int64_t vocab() const { return head_.M; }
@@ -85,6 +94,8 @@ class Decoder {
   // The decode schedule across matrices (threads that finish a GEMV early prefetch the next matrix's
   // first blocks); on by default, a switch for side-by-side measurements.
   void set_prefetch_next(bool on) { prefetch_next_ = on; }
+  // Shortest chunk of a decode row's context split across the pool (flash-decoding; attention.h); 0: never.
+  void set_attn_split_min(int64_t n) { attn_split_min_ = n; }
 
  private:
   // The one step: R rows, row r at position pos[r] of slot slot[r]; logits of rows [first_logit, R).
@@ -103,6 +114,7 @@ class Decoder {
   std::vector<int64_t> pos_, slot_;                        // forward's positions and slots, [N]
   bool prof_on_ = false;
   bool prefetch_next_ = true;
+  int64_t attn_split_min_ = kAttnSplitMin;
   StepProfile prof_[kStepKinds];
 };
 

@@ -1,15 +1,18 @@
 // Python binding of the native decoder (decoder.h): building it from the model's arrays (every projection,
 // norm and cache checked as the gemm entry points check theirs: weight_args.h), and its steps — decode (one
-// token), forward (N tokens of one sequence: prefill), decode_batch (continuous batching) — with the GIL
+// token), forward (N tokens of one sequence: prefill), decode_batch (continuous batching), step_rows (decode
+// rows and prompt chunks of several sequences in one step) — with the GIL
 // released and the settings lock held shared while they run, plus the step profile.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -38,6 +41,7 @@ struct PyDecoder {
   int64_t emb_vocab = 0;
   float emb_scale = 1.f;
   std::vector<float> xtok;
+  std::vector<float> xrows;  // step_rows' gathered embeddings [R][hidden]
   PyDecoder(const DecoderShape& s, const float* c, const float* sn) : d(s, c, sn) {}
 };
 
@@ -353,6 +357,81 @@ void bind_decoder(nb::module_& m) {
              d.decode_batch(x.data(), B, pos.data(), slot.data(), logits.data());
            },
            nb::arg("x"), nb::arg("pos"), nb::arg("slot"), nb::arg("logits"))
+      .def("step_rows",
+           [](PyDecoder& self, nb::handle hx, nb::handle hpos, nb::handle hslot, nb::handle hlogits, int64_t first_logit,
+              nb::handle htokens) {
+             Decoder& d = self.d;
+             const int64_t hidden = d.shape().hidden;
+             require(d.has_output(), "step_rows: the output layer is not set (call set_output first)");
+             require(hx.is_none() != htokens.is_none(), "step_rows: give either x (embeddings) or tokens (ids), not both");
+             auto pos = in<int64_t, 1>(hpos, "step_rows: pos");
+             auto slot = in<int64_t, 1>(hslot, "step_rows: slot");
+             float* xp = nullptr;
+             const int64_t* ids = nullptr;
+             int64_t R = 0;
+             if (!hx.is_none()) {
+               auto x = out<float, 2>(hx, "step_rows: x");
+               R = (int64_t)x.shape(0);
+               require(R >= 1 && x.shape(1) == (size_t)hidden, "step_rows: x must be [R, hidden] with R >= 1");
+               xp = x.data();
+             } else {  // the embedding rows gathered here, with the GIL released (as decode_token)
+               auto t = in<int64_t, 1>(htokens, "step_rows: tokens");
+               R = (int64_t)t.shape(0);
+               require(R >= 1, "step_rows: tokens must be [R] with R >= 1");
+               require(self.emb_vocab > 0, "step_rows: no embedding (call set_embedding first)");
+               ids = t.data();
+               for (int64_t r = 0; r < R; ++r)
+                 if (ids[r] < 0 || ids[r] >= self.emb_vocab)
+                   fail("step_rows: token id " + std::to_string(ids[r]) + " outside the vocabulary [0, " +
+                        std::to_string(self.emb_vocab) + ")");
+             }
+             require(pos.shape(0) == (size_t)R && slot.shape(0) == (size_t)R, "step_rows: pos and slot must be [R]");
+             require(first_logit >= 0 && first_logit <= R, "step_rows: first_logit must be in [0, R]");
+             float* lp = nullptr;
+             if (first_logit < R) {
+               auto logits = out<float, 2>(hlogits, "step_rows: logits");
+               if (!is_shape(logits, R - first_logit, d.vocab()))
+                 fail("step_rows: logits must be [R - first_logit = " + std::to_string(R - first_logit) + ", vocab = " +
+                      std::to_string(d.vocab()) + "]");
+               lp = logits.data();
+             }
+             const int64_t* p = pos.data();
+             const int64_t* s = slot.data();
+             for (int64_t r = 0; r < R; ++r) {
+               require(p[r] >= 0 && p[r] < d.shape().max_ctx, "step_rows: position outside the cache");
+               require(s[r] >= 0 && s[r] < d.n_slots(), "step_rows: slot outside the cache");
+             }
+             {  // two rows writing the same (slot, position) would race on the cache
+               std::vector<std::pair<int64_t, int64_t>> at(R);
+               for (int64_t r = 0; r < R; ++r) at[r] = {s[r], p[r]};
+               std::sort(at.begin(), at.end());
+               for (int64_t r = 1; r < R; ++r) require(at[r] != at[r - 1], "step_rows: two rows write the same slot and position");
+             }
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(self.mu);
+             if (ids) {
+               self.xrows.resize(R * hidden);
+               xp = self.xrows.data();
+               for (int64_t r = 0; r < R; ++r) {
+                 float* x = xp + r * hidden;
+                 if (self.emb_f32) {
+                   std::memcpy(x, self.emb_f32 + ids[r] * hidden, sizeof(float) * hidden);
+                 } else {
+                   const uint16_t* row = self.emb_bf16 + ids[r] * hidden;
+                   for (int64_t i = 0; i < hidden; ++i) x[i] = bf16_to_f32(row[i]);
+                 }
+                 if (self.emb_scale != 1.f)
+                   for (int64_t i = 0; i < hidden; ++i) x[i] *= self.emb_scale;
+               }
+             }
+             KernelsRunning running(settings_mutex());
+             d.step_rows(xp, R, p, s, lp, first_logit);
+           },
+           nb::arg("x").none(), nb::arg("pos"), nb::arg("slot"), nb::arg("logits").none(), nb::arg("first_logit"),
+           nb::arg("tokens").none() = nb::none(),
+           "R rows of any sequences (row r at pos[r] of slot[r]: decode rows and prompt chunks together), from "
+           "embeddings x [R, hidden] (overwritten) or token ids [R] (gathered natively: set_embedding); logits "
+           "[R - first_logit, vocab] of the last rows, or None when first_logit == R")
       .def("forward",
            [](PyDecoder& self, nb::handle hx, int64_t pos, int64_t slot, nb::handle hlogits, int which) {
              Decoder& d = self.d;
@@ -393,6 +472,14 @@ void bind_decoder(nb::module_& m) {
              self.d.set_prefetch_next(on);
            },
            nb::arg("on"), "the decode schedule across matrices on (default) or off, for side-by-side measurements")
+      .def("set_attn_split_min",
+           [](PyDecoder& self, int64_t n) {
+             if (n < 0) py::fail("set_attn_split_min: n must be >= 0 (0: never split), not " + std::to_string(n));
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(self.mu);
+             self.d.set_attn_split_min(n);
+           },
+           nb::arg("n"), "shortest chunk of a decode row's context split across threads (flash-decoding); 0: never")
       .def("profile",
            [](PyDecoder& self) {
              nb::dict d;

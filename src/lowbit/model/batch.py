@@ -34,6 +34,7 @@ class BatchDecoder:
                                  model.cache.k.dtype)
         self.max_ctx = ctx
         self._native = None
+        self._logits = None  # step()'s output buffer [n_slots, vocab], allocated once
         if native if native is not None else model.native_decode:
             from lowbit.model.native import NativeDecoder
 
@@ -113,6 +114,65 @@ class BatchDecoder:
         logits = self.model.cap_logits(self._native.decode_batch(x, pos, np.array(slots, np.int64)))
         self._advance(tokens, slots)
         return logits
+
+    def step(self, items) -> np.ndarray:
+        """One mixed step (continuous batching with chunked prefill): items are (slot, ids, wants_logits);
+        each appends its ids at the next positions of its slot — a running sequence's decode token (one id)
+        or a newcomer's prompt chunk (several) — all in one native step, the projections one GEMM over
+        every row. -> float32 logits [items that want them, vocab], each of its item's last id, in item
+        order; a view of a buffer the next step overwrites.
+
+        Without the native step, each item runs alone through the numpy reference (prefill_python)."""
+        items = [(int(s), [int(i) for i in ids], bool(w)) for s, ids, w in items]
+        if not items:
+            raise ValueError("a step needs at least one item")
+        slots = [s for s, _, _ in items]
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"a slot appears twice in one step: {slots}")
+        for s, ids, _ in items:
+            if not 0 <= s < self.n_slots:
+                raise ValueError(f"slot {s} is outside the cache's {self.n_slots} slots")
+            if not ids:
+                raise ValueError(f"slot {s}: a step item needs at least one token")
+            self.cache.slot(s).check_room(len(ids))
+        n_logits = sum(w for _, _, w in items)
+        if self._native is None:
+            out = [self.prefill(s, ids) for s, ids, _ in items]
+            return np.stack([o for o, (_, _, w) in zip(out, items) if w]) if n_logits else np.empty((0, self.vocab), np.float32)
+        # rows: every id, except that the last id of each item wanting logits goes to the end (in item order):
+        # the step computes logits for its last rows only; attention does not care about row order
+        tokens, pos, slot_of = [], [], []
+        last_tok, last_pos, last_slot = [], [], []
+        for s, ids, w in items:
+            at = self.cache.slot(s).length
+            n = len(ids) - 1 if w else len(ids)
+            tokens += ids[:n]
+            pos += range(at, at + n)
+            slot_of += [s] * n
+            if w:
+                last_tok.append(ids[-1])
+                last_pos.append(at + n)
+                last_slot.append(s)
+        first = len(tokens)
+        if self._logits is None:
+            self._logits = np.empty((self.n_slots, self._native.vocab), np.float32)
+        logits = self._logits[:n_logits]
+        rows = tokens + last_tok
+        nat = self._native
+        pos, slot_of = np.array(pos + last_pos, np.int64), np.array(slot_of + last_slot, np.int64)
+        if nat.has_embedding:  # the embedding rows gathered natively
+            nat.step_rows(None, pos, slot_of, first, logits, tokens=rows)
+        else:
+            nat.step_rows(self.model.embed_ids(rows), pos, slot_of, first, logits)  # x: [R, hidden]
+        for s, ids, _ in items:
+            c = self.cache.slot(s)
+            c.length += len(ids)
+            c.tokens.extend(ids)
+        return self.model.cap_logits(logits)
+
+    @property
+    def vocab(self) -> int:
+        return self.model.args.vocab_size
 
     def decode_python(self, tokens, slots) -> np.ndarray:
         """decode() in numpy around the matmul kernels (projections as one GEMM over B rows)."""

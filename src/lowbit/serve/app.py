@@ -38,6 +38,7 @@ class EngineWorker:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lowbit-engine", daemon=True)
         self.failures = 0
+        self._out: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue, tuple]] = []  # this step's pieces and ends
 
     def start(self) -> "EngineWorker":
         self._thread.start()
@@ -64,7 +65,23 @@ class EngineWorker:
                 self.failures += 1
                 log.exception("engine step failed")
                 eng.fail_all(RuntimeError("the engine failed while running this request"))
+            self._flush()
         eng.fail_all(None)  # shutting down: release every waiting client
+        self._flush()
+
+    def _flush(self) -> None:
+        """Hands the step's pieces to the event loop(s): one wake-up per loop per step, not one per token."""
+        if not self._out:
+            return
+        by_loop: dict = {}
+        for loop, queue, item in self._out:
+            by_loop.setdefault(loop, []).append((queue, item))
+        self._out = []
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the event loop is gone (shutdown)
+                pass
 
     def submit(self, job: Job, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> Sequence:
         """Queues the job; its text pieces (streaming jobs only) and its end arrive on `queue` as
@@ -73,15 +90,17 @@ class EngineWorker:
             raise RequestError(f"the server is busy: {self.max_queue} requests are already waiting; retry later",
                                status=429, code="queue_full", type="server_busy")
 
-        def put(item):
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the event loop is gone (shutdown)
-                pass
+        def put(item):  # on the engine's thread; delivered after the step (_flush)
+            self._out.append((loop, queue, item))
 
         on_piece = (lambda s, p: put(("piece", p))) if job.stream else None
         return self.engine.submit(job.prompt_ids, max_tokens=job.max_tokens, params=job.params, stop=job.stop,
                                   on_piece=on_piece, on_done=lambda s: put(("done", None)))
+
+
+def _deliver(items) -> None:
+    for queue, item in items:
+        queue.put_nowait(item)
 
 
 def _error(e: RequestError) -> JSONResponse:
@@ -159,11 +178,20 @@ def build_app(llm, worker: EngineWorker, limits: Limits, model_id: str) -> Starl
         try:
             if job.kind == "chat":
                 yield _sse(protocol.chunk(job, role=True))
-            while True:
-                kind_, piece = await queue.get()
-                if kind_ == "done":
-                    break
-                yield _sse(protocol.chunk(job, piece))
+            done = False
+            while not done:  # the pieces that arrived together go out in one write
+                events = []
+                item = await queue.get()
+                while True:
+                    if item[0] == "done":
+                        done = True
+                        break
+                    events.append(_sse(protocol.chunk(job, item[1])))
+                    if queue.empty():
+                        break
+                    item = queue.get_nowait()
+                if events:
+                    yield b"".join(events)
             if seq.finish_reason == "error":
                 yield _sse(protocol.error_body(f"generation failed: {seq.error}", "server_error"))
             else:

@@ -66,6 +66,11 @@ class Server:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    @property
+    def http_thread_id(self) -> int | None:
+        """The native id of the thread uvicorn runs in (start()), for per-thread CPU accounting."""
+        return self._thread.native_id if self._thread is not None else None
+
     def serve_forever(self) -> None:
         """Runs in the foreground until interrupted (Ctrl-C)."""
         self.worker.start()
