@@ -142,6 +142,17 @@ def test_rsr_figures_json_table_and_plot(tmp_path, capsys, monkeypatch):
     assert "Index size" in out and "2^16" in out
 
 
+def test_rsr_kscan_reports_cpu_time_per_k(capsys):
+    import lowbit
+    threads = lowbit.get_threads()
+    assert main(["bench", "rsr", "--parts", "kscan", "--min-n", "8", "--max-n", "8", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["kscan"]
+    assert [r["k"] for r in rows] == list(range(3, 8))  # eq. 7 at n = 256: k = 6, scanned from 3 to 7
+    assert all(r["f32_ns_per_input"] > 0 and r["i8_ns_per_weight"] > 0 for r in rows)
+    assert all(r["f32_ns_per_weight"] == pytest.approx(r["f32_ns_per_input"] / r["k"]) for r in rows)  # k rows a block
+    assert lowbit.get_threads() == threads  # restored
+
+
 def test_rsr_gemv_bound_counts_index_bytes_and_memory_operations():
     from lowbit.bench.rsr import MEMOPS_PER_CYCLE, MEMOPS_PER_INPUT, MEMOPS_PER_SEGMENT, rsrpp_gemv_bound
     from lowbit.formats.rsr_index import RSRIndex

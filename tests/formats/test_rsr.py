@@ -180,9 +180,11 @@ def test_analytic_k():
 
 def test_autotune_candidates_keep_step2_buffer_in_cache():
     from lowbit.formats.rsr_tune import U_BYTES, candidates
-    assert max(candidates(2560, 3, 1)) == 6 and max(candidates(2560, 3, 128)) == 4  # 3^5 x 128 x 4 B > 64 KiB
+    from lowbit.formats.rsr_tune import TILE_I8
+    assert TILE_I8 == 64
+    assert max(candidates(2560, 3, 1)) == 6 and max(candidates(2560, 3, 128)) == 5  # 3^5 x 64 x 4 B <= 64 KiB
     for n in (8, 32, 128, 512):
-        assert all(3 ** k * min(n, 128) * 4 <= U_BYTES for k in candidates(2560, 3, n))
+        assert all(3 ** k * min(n, TILE_I8) * 4 <= U_BYTES for k in candidates(2560, 3, n))
 
 
 def test_autotune_is_cached_atomically(tmp_path, monkeypatch):
@@ -200,7 +202,7 @@ def test_autotune_is_cached_atomically(tmp_path, monkeypatch):
 def test_autotune_candidates_surround_the_analytic_optimum():
     from lowbit.formats.rsr_tune import candidates
     assert candidates(2560, 3, 1) == [4, 5, 6]   # eq. 7: k* = 6; 3^7 > K / 2
-    assert candidates(2560, 3, 128) == [2, 3, 4]  # u [3^k][128] int32 <= 64 KiB caps the centre at 4
+    assert candidates(2560, 3, 128) == [3, 4, 5]  # u [3^k][64-token tile] int32 <= 64 KiB caps the centre at 5
     assert candidates(2 ** 14, 2, 1) == [9, 10, 11, 12]  # k* = 11 (eq. 7, base 2), 2^12 segments at most
     assert candidates(8, 3, 1) == [1]
 
@@ -209,34 +211,34 @@ def test_autotune_median_of_interleaved_rounds_resists_outliers(tmp_path, monkey
     monkeypatch.setenv("LOWBIT_CACHE", str(tmp_path))
     order, calls = [], {}
 
-    def cost(k):  # true cost minimal at k = 4; k = 2 gets one lucky (too fast) round, k = 4 one slow one
+    def cost(k):  # true cost minimal at k = 4; k = 3 gets one lucky (too fast) round, k = 4 one slow one
         order.append(k)
         calls[k] = calls.get(k, 0) + 1
-        base = {2: 2.0, 3: 1.4, 4: 1.0}[k]
-        if k == 2 and calls[k] == 3:
+        base = {3: 1.4, 4: 1.0, 5: 2.0}[k]
+        if k == 3 and calls[k] == 3:
             return 0.1
         if k == 4 and calls[k] == 1:
             return 50.0
         return base
 
     assert autotune(2560, 3, 128, timer=cost, rounds=5) == 4
-    assert order[:6] == [2, 3, 4, 2, 3, 4] and len(order) == 15  # interleaved rounds over the candidates
+    assert order[:6] == [3, 4, 5, 3, 4, 5] and len(order) == 15  # interleaved rounds over the candidates
     entry = json.loads(tune_path().read_text())[tune_key(2560, 3, 128)]
     assert entry["k"] == 4 and entry["rounds"] == 5 and entry["ns_per_row"]["3"] == pytest.approx(1.4e9)
     # cached: no timing at all on the second call; a different N, ISA or thread count is a different key
     assert autotune(2560, 3, 128, timer=lambda k: 1 / 0) == 4
-    assert autotune(2560, 3, 512, timer=lambda k: {2: 1.0, 3: 2.0, 4: 3.0}[k], rounds=3) == 2
+    assert autotune(2560, 3, 512, timer=lambda k: {3: 1.0, 4: 2.0, 5: 3.0}[k], rounds=3) == 3
     assert tune_key(2560, 3, 128) != tune_key(2560, 3, 512)
     old = _native.isa()
     try:
         _native.set_isa("scalar")
         assert tune_key(2560, 3, 128).split("|")[1] == "scalar"
-        assert autotune(2560, 3, 128, timer=lambda k: {2: 3.0, 3: 1.0, 4: 2.0}[k], rounds=1) == 3
+        assert autotune(2560, 3, 128, timer=lambda k: {3: 3.0, 4: 2.0, 5: 1.0}[k], rounds=1) == 5
     finally:
         _native.set_isa(old)
     assert autotune(2560, 3, 128) == 4  # the avx2 answer was kept beside the scalar one
     # a refresh re-times; ties go to the larger k (fewer index bytes)
-    assert autotune(2560, 3, 128, refresh=True, timer=lambda k: 1.0, rounds=1) == 4
+    assert autotune(2560, 3, 128, refresh=True, timer=lambda k: 1.0, rounds=1) == 5
 
 
 def test_autotune_ignores_answers_of_the_old_tuner(tmp_path, monkeypatch):
@@ -244,7 +246,7 @@ def test_autotune_ignores_answers_of_the_old_tuner(tmp_path, monkeypatch):
     old_key = f"{_native.rsr_path()}|t{_native.get_threads()}|K2560|b3|N128"  # the v1 key (no version, no ISA)
     tune_path().parent.mkdir(parents=True, exist_ok=True)
     tune_path().write_text(json.dumps({old_key: {"k": 2}}))
-    assert autotune(2560, 3, 128, timer=lambda k: {2: 3.0, 3: 2.0, 4: 1.0}[k], rounds=1) == 4
+    assert autotune(2560, 3, 128, timer=lambda k: {3: 3.0, 4: 1.0, 5: 2.0}[k], rounds=1) == 4
 
 
 @pytest.mark.parametrize("scale", ["row", "tensor"])
@@ -319,7 +321,7 @@ def test_native_many_token_tiles_every_isa(isa, rng):
     t = rng.integers(-1, 2, (37, 301))
     for k in (3, 4):
         idx = ternary_terms(t, k)[0][1]
-        for n in (150, 257):  # several int8 (128) and float (64) tiles, ragged
+        for n in (150, 257):  # several int8 and float (64-token) tiles, ragged
             x = rng.integers(-127, 128, (n, 301))
             want = (x @ t.T).astype(np.float32)
             for i8 in (True, False):

@@ -11,6 +11,8 @@
             rsr-lut (ternary as two planes) vs the dense ternary kernel at a model's shapes for
             N = 1, 8, 32, 128, 512 tokens
     size    index bytes per weight next to the 2-bit packed matrix and the paper's log-factor claim
+    kscan   one-token RSR++ (binary) in ns per gathered input and ps per weight for each k near eq. 7's,
+            1 thread, CPU time of the thread (not in the default parts: for comparing kernels on a busy machine)
 
 Dense n x n baselines that would not fit in memory (a float32 2^15 x 2^15 matrix is 4 GiB) are timed on a
 row slab of at most --slab-mb and scaled by n / rows: the product is a stream over the matrix, its time
@@ -241,6 +243,46 @@ def fig4(ns, rng, slab_bytes: int, progress) -> list[dict]:
     return rows
 
 
+# --- one-token cost per k, in CPU time ------------------------------------------------------------
+
+def kscan(ns, rng, progress, rows: int = 1100, repeats: int = 7, iters: int = 5) -> list[dict]:
+    """One-token RSR++ (binary, float and int8 x) in ns per gathered input and per weight for k around eq. 7,
+    on ~100 blocks, 1 thread, timed in CPU time of the calling thread (the kernel runs on it with one
+    thread): time taken from this process by other processes on a shared machine does not count."""
+    old = lowbit.get_threads()
+    lowbit.set_threads(1)
+    out = []
+    try:
+        for n in ns:
+            a = analytic_k(n, n, 2, True)
+            x = rng.standard_normal((1, n)).astype(np.float32)
+            q = rng.integers(-127, 128, (1, n), dtype=np.int8)
+            for k in range(max(2, a - 3), min(16, a + 1) + 1):
+                m = max(k, rows // k * k)
+                idx = random_index(m, n, k, 2, BIN, rng)
+                y = np.empty((1, m), np.float32)
+                row = {"n": n, "k": k, "blocks": idx.nblocks}
+                for name, xx in (("f32", x), ("i8", q)):
+                    best = math.inf
+                    for _ in range(repeats):
+                        t0 = time.thread_time()
+                        if name == "i8":
+                            _native.rsr_gemm_i8(idx.perm, idx.seg, m, n, k, 2, idx.values, xx, np.ones(1, np.float32),
+                                                None, 1.0, False, True, y, iters=iters)
+                        else:
+                            _native.rsr_gemm_f32(idx.perm, idx.seg, m, n, k, 2, idx.values, xx, None, 1.0, False, True,
+                                                 y, iters=iters)
+                        best = min(best, (time.thread_time() - t0) / iters)
+                    row[f"{name}_ns_per_input"] = best / (idx.nblocks * n) * 1e9
+                    row[f"{name}_ns_per_weight"] = best / (m * n) * 1e9
+                out.append(row)
+                progress(f"  kscan n=2^{int(math.log2(n))} k={k:2d}  f32 {row['f32_ns_per_input']:.3f} ns/input "
+                         f"{row['f32_ns_per_weight'] * 1e3:.1f} ps/weight  i8 {row['i8_ns_per_input']:.3f} ns/input")
+    finally:
+        lowbit.set_threads(old)
+    return out
+
+
 # --- RSR vs the dense ternary kernel ----------------------------------------------------------------
 
 def rsr_gemm_seconds(m: int, kdim: int, k: int, n_tok: int, rng, rotate_bytes: int) -> tuple[float, int]:
@@ -313,13 +355,14 @@ def size_table(ns) -> list[dict]:
 
 # --- CLI ---------------------------------------------------------------------------------------------
 
-PARTS = ("fig11", "fig4", "dense", "size")
+PARTS = ("fig11", "fig4", "dense", "size", "kscan")
 
 
 def add_parser(bsub) -> None:
     r = bsub.add_parser("rsr", help="RSR/RSR++ (paper 003): Figures 11 and 4, and against the dense ternary kernel",
                         description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    r.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)} (default all)")
+    r.add_argument("--parts", default=",".join(PARTS[:4]),
+                   help=f"comma-separated subset of {','.join(PARTS)} (default: all but kscan)")
     r.add_argument("--min-n", type=int, default=11, help="smallest n = 2^min-n (default 11)")
     r.add_argument("--max-n", type=int, default=None,
                    help="largest n = 2^max-n (default 15 for fig11, 16 for fig4; lower it to run short)")
@@ -346,6 +389,8 @@ def run(parts, min_n: int, max_n: int | None, shape: str, tokens, threads: int, 
         res["dense"] = dense_vs_rsr(shape, tokens, rng, progress)
     if "size" in parts:
         res["size"] = size_table([1 << e for e in range(min_n, (max_n or 16) + 1)])
+    if "kscan" in parts:
+        res["kscan"] = kscan([1 << e for e in range(min_n, (max_n or 15) + 1)], rng, progress)
     return res
 
 
@@ -425,5 +470,11 @@ def print_rsr(res: dict) -> None:
             print(f"{'2^' + str(int(math.log2(r['n']))):>7s} {r['binary_k']:5d} {r['binary_index_bpw']:8.2f} "
                   f"{r['ternary_planes_index_bpw']:10.2f} {r['ternary_direct_k']:6d} {r['ternary_direct_index_bpw']:11.2f} "
                   f"{'1 / 2':>12s} {r['paper_claim_bpw_of_uint8']:15.2f}")
+    if res.get("kscan"):
+        print("\nOne-token RSR++ per k (binary, ~100 blocks, 1 thread, CPU time of the thread: robust on a shared machine)")
+        print(f"{'n':>7s} {'k':>3s} {'f32 ns/input':>12s} {'f32 ps/weight':>13s} {'i8 ns/input':>11s} {'i8 ps/weight':>12s}")
+        for r in res["kscan"]:
+            print(f"{'2^' + str(int(math.log2(r['n']))):>7s} {r['k']:3d} {r['f32_ns_per_input']:12.3f} "
+                  f"{r['f32_ns_per_weight'] * 1e3:13.1f} {r['i8_ns_per_input']:11.3f} {r['i8_ns_per_weight'] * 1e3:12.1f}")
     if res.get("plot"):
         print(f"\nplot: {res['plot']}")

@@ -98,13 +98,13 @@ def time_k(k_dim: int, base: int, k: int, n_tokens: int, rows: int | None = None
 
 
 U_BYTES = 64 << 10  # largest step-2 buffer u [b^k][token tile] of int32 worth timing (see candidates)
-TILE_I8 = 128  # kRsrTileI8 in kernels/rsr.h: the int8 kernel's token tile (16-token steps below it)
+TILE_I8 = 64  # kRsrTileI8 in kernels/rsr.h: the int8 kernel's token tile (16-token steps below it)
 
 
 def feasible(k_dim: int, base: int, n_tokens: int = 1) -> list[int]:
     """Block widths within 2 <= b^k <= 4096 segments and at least ~2 rows per segment. With a token tile,
     u [b^k][tile] int32 must stay within U_BYTES: past it step 2's folds run from L2 and cost as much as
-    step 1 (128 tokens, ternary: k = 4, 41 KB: 1.3 ps per weight-token; k = 5, 124 KB: 6.4 ps)."""
+    step 1 (a 128-token tile, ternary: k = 4, 41 KB: 1.3 ps per weight-token; k = 5, 124 KB: 6.4 ps)."""
     tile = 1 if n_tokens == 1 else min(TILE_I8, n_tokens)
     ks = [k for k in range(1, 13) if 2 <= base ** k <= 4096 and base ** k <= max(2, k_dim // 2)
           and (tile == 1 or base ** k * tile * 4 <= U_BYTES)]

@@ -286,57 +286,6 @@ void codebook_assign_py(nb::handle hx, nb::handle hwt, nb::handle hbooksT, nb::h
   codebook_assign(x.data(), w, booksT.data(), n, v, nc, o.data());
 }
 
-// Causal attention of n new tokens (prefill) over the static cache, heads x tokens on the pool.
-// q: [n, heads, hd] (RoPE'd and scaled), cache: [kv_heads, max_ctx, hd] float32 or float16 (as uint16),
-// positions pos..pos+n-1 already written; out: [n, heads*hd].
-struct PrefillAttn {
-  const float* q;
-  const void *kc, *vc;
-  float* out;
-  int64_t n, heads, hd, group, max_ctx, pos;
-  bool f16;
-  const OpsTable* ops;
-};
-
-void prefill_attn_task(void* p, int64_t task) {
-  const PrefillAttn& c = *static_cast<const PrefillAttn*>(p);
-  thread_local std::vector<float> scores;
-  const int64_t i = task / c.heads, h = task % c.heads, t = c.pos + i + 1;
-  if ((int64_t)scores.size() < t) scores.resize(t);
-  const int64_t off = (h / c.group) * c.max_ctx * c.hd;
-  const float* q = c.q + (i * c.heads + h) * c.hd;
-  float* o = c.out + (i * c.heads + h) * c.hd;
-  if (c.f16)
-    c.ops->attn_head_f16(q, static_cast<const uint16_t*>(c.kc) + off, static_cast<const uint16_t*>(c.vc) + off, t, c.hd,
-                         scores.data(), o, 0.f);
-  else
-    c.ops->attn_head(q, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off, t, c.hd,
-                     scores.data(), o, 0.f);
-}
-
-void attention_prefill(nb::handle hq, nb::handle hkc, nb::handle hvc, int64_t pos, nb::handle hout) {
-  auto q = in<float, 3>(hq, "attention_prefill: q");
-  auto kc = any_in<3>(hkc, "attention_prefill: k cache");
-  auto vc = any_in<3>(hvc, "attention_prefill: v cache");
-  const int64_t n = q.shape(0), heads = q.shape(1), hd = q.shape(2);
-  const int64_t kv = kc.shape(0), max_ctx = kc.shape(1);
-  const bool f16 = kc.dtype() == nb::dtype<uint16_t>();
-  require(f16 || kc.dtype() == nb::dtype<float>(), "attention_prefill: the KV cache must be float32 or float16 (as uint16)");
-  require(vc.dtype() == kc.dtype() && vc.shape(0) == kc.shape(0) && vc.shape(1) == kc.shape(1) && vc.shape(2) == kc.shape(2),
-          "attention_prefill: k and v caches must match in shape and dtype");
-  require(heads > 0 && hd > 0, "attention_prefill: q must be [n, heads > 0, hd > 0]");
-  require(kc.shape(2) == (size_t)hd && kv > 0 && heads % kv == 0,
-          "attention_prefill: cache must be [kv_heads, max_ctx, hd] with heads % kv_heads == 0");
-  require(hd <= 512, "attention_prefill: head_dim above 512 is not supported");
-  require(pos >= 0 && pos + n <= max_ctx, "attention_prefill: positions pos..pos+n-1 must lie inside the cache");
-  auto o = out<float, 2>(hout, "attention_prefill: out");
-  require(is_shape(o, n, heads * hd), "attention_prefill: out must be [n, heads*hd]");
-  nb::gil_scoped_release release;
-  KernelsRunning running(settings_mutex());
-  PrefillAttn c{q.data(), kc.data(), vc.data(), o.data(), n, heads, hd, heads / kv, max_ctx, pos, f16, &active_kernels().ops};
-  pool_run(n * heads, prefill_attn_task, &c);
-}
-
 nb::dict cpu_info() {
   const CpuFeatures& f = cpu_features();
   nb::dict d, feats;
@@ -389,10 +338,12 @@ namespace lowbit {
 void bind_rsr(nb::module_& m);       // rsr_binding.cpp
 void bind_quantize(nb::module_& m);  // quantize_binding.cpp
 void bind_decoder(nb::module_& m);   // decoder_binding.cpp
+void bind_attention(nb::module_& m); // attention_binding.cpp
 }
 
 NB_MODULE(_native, m) {
   bind_decoder(m);
+  bind_attention(m);
   bind_rsr(m);
   bind_quantize(m);
   m.doc() = "lowbit's C++ kernels: packed low-bit GEMV/GEMM, activation quantization, thread pool";
@@ -432,7 +383,6 @@ NB_MODULE(_native, m) {
     KernelsRunning running(settings_mutex());
     active_kernels().ops.f32_to_f16_row(x.data(), o.data(), (int64_t)x.shape(0));
   }, nb::arg("x"), nb::arg("out"), "float32 -> float16 bits with the active ISA's converter (the KV cache write), for tests");
-  m.def("attention_prefill", &attention_prefill, nb::arg("q"), nb::arg("kc"), nb::arg("vc"), nb::arg("pos"), nb::arg("out"));
   m.def("read_bandwidth", &bandwidth, nb::arg("buf"), nb::arg("passes"));
   m.def("pool_overhead", [](int iters) {
     require(iters >= 1, "pool_overhead: iters must be >= 1");

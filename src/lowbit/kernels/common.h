@@ -52,16 +52,30 @@ struct FloatWeights {
   int64_t M, K;
 };
 
+// Attention of a block of queries that share one K/V stream (attn.inc): the heads of one GQA group, for
+// `rows` consecutive query rows of one sequence (a prefill block; 1 row in decode). Query (i, g) is at
+// q + i * row_stride + g * hd (RoPE'd and scaled), its output at the same offset of out. Row i attends
+// K/V rows [lo[i], hi[i]) (hi > lo, unless part is set). part == null: out = softmax(q.K^T) V. part set
+// (a chunk of a split context): out gets the unnormalized sum of exp(s_j - mx) v_j and part[2m], part[2m+1]
+// = mx, sum of exp(s_j - mx) of query m = i * group + g (mx = -inf, sum = 0 for a row with no positions).
+struct AttnBlock {
+  const float* q;
+  float* out;
+  int64_t rows, group, row_stride, hd;  // hd <= kMaxHeadDim
+  const int64_t *lo, *hi;               // [rows]
+  const void *K, *V;                    // [t][hd] rows of one kv head, float16 (as uint16) or float32
+  bool f16;
+  float softcap;                        // > 0: scores -> softcap * tanh(scores / softcap) (Gemma 2)
+  float* part;                          // [rows * group][2] or null
+};
+constexpr int64_t kMaxHeadDim = 512;
+
 // Vector ops of the decoder (ops.inc), compiled once per ISA level.
 struct OpsTable {
   void (*quantize_row)(const float* x, int64_t K, int64_t Kp, int64_t group, int8_t* q, float* scale, int32_t* sum);
   void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* out);
-  // softcap > 0: scores -> softcap * tanh(scores / softcap) before the softmax (Gemma 2); 0: none
-  void (*attn_head)(const float* q, const float* K, const float* V, int64_t t, int64_t hd, float* scores, float* out,
-                    float softcap);
+  void (*attn_block)(const AttnBlock& a);
   void (*act_mul)(float* g, const float* u, int64_t n, int act);
-  void (*attn_head_f16)(const float* q, const uint16_t* K, const uint16_t* V, int64_t t, int64_t hd, float* scores,
-                        float* out, float softcap);
   void (*f32_to_f16_row)(const float* src, uint16_t* dst, int64_t n);
 };
 

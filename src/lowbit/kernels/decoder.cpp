@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "attention.h"
 #include "dispatch.h"
 #include "thread_pool.h"
 
@@ -40,37 +41,6 @@ void for_rows(int64_t R, F&& fn) {
     return;
   }
   pool_run(R, [](void* p, int64_t r) { (*static_cast<F*>(p))(r); }, &fn);
-}
-
-// Attention of row r's query over its slot, task = r * heads + h: positions [start, pos[r]] where start
-// cuts the sliding window. Every row's K/V are in the cache before this runs, so rows of one prefill
-// chunk see each other causally.
-struct AttnCtx {
-  const float* q;       // [R][heads*hd], RoPE'd and scaled
-  const void *kc, *vc;  // slot 0 of this layer
-  float* out;           // [R][heads*hd]
-  const int64_t *pos, *slot;
-  int64_t heads, hd, group, max_ctx, slot_stride, window;  // window > 0: the last `window` positions only
-  float softcap;
-  bool f16;
-  const OpsTable* ops;
-};
-
-void attn_task(void* p, int64_t task) {
-  const AttnCtx& c = *static_cast<const AttnCtx*>(p);
-  thread_local std::vector<float> scores;
-  const int64_t r = task / c.heads, h = task % c.heads, t = c.pos[r] + 1;
-  const int64_t start = c.window > 0 && t > c.window ? t - c.window : 0, n = t - start;
-  if ((int64_t)scores.size() < n) scores.resize(n);
-  const int64_t off = c.slot[r] * c.slot_stride + ((h / c.group) * c.max_ctx + start) * c.hd;
-  const float* q = c.q + (r * c.heads + h) * c.hd;
-  float* o = c.out + (r * c.heads + h) * c.hd;
-  if (c.f16)
-    c.ops->attn_head_f16(q, static_cast<const uint16_t*>(c.kc) + off, static_cast<const uint16_t*>(c.vc) + off, n,
-                         c.hd, scores.data(), o, c.softcap);
-  else
-    c.ops->attn_head(q, static_cast<const float*>(c.kc) + off, static_cast<const float*>(c.vc) + off, n, c.hd,
-                     scores.data(), o, c.softcap);
 }
 
 // Laps of a profiled step: lap(cat) gives the time since the last lap to `cat`, less the pool's join
@@ -188,10 +158,11 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     });
     laps.lap(kProfRest);
     {
-      AttnCtx c{q, L.kc, L.vc, att, pos, slot, s_.n_heads, hd, s_.n_heads / s_.n_kv,
-                s_.max_ctx, slot_stride_, L.window, s_.softcap, s_.kv_f16, &ops};
+      // every row's K/V are in the cache now, so the rows of one prefill chunk see each other causally
+      const AttnCall c{q, att, L.kc, L.vc, s_.kv_f16, pos, slot, R, s_.n_heads, s_.n_kv, hd, s_.max_ctx,
+                       slot_stride_, L.window, s_.softcap};
       const NextPrefetch nx = next_of(&L.o);
-      pool_run(R * s_.n_heads, attn_task, &c, &nx);
+      attention(c, ops, &nx, attn_split_min_);
     }
     laps.lap(kProfAttn);
     if (L.attn_sub) for_rows(R, [&](int64_t r) { ops.rmsnorm(att + r * QD, L.attn_sub, QD, eps, att + r * QD); });

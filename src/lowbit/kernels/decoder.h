@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention.h"
 #include "linear.h"
 
 namespace lowbit {
@@ -93,6 +94,8 @@ class Decoder {
   // The decode schedule across matrices (threads that finish a GEMV early prefetch the next matrix's
   // first blocks); on by default, a switch for side-by-side measurements.
   void set_prefetch_next(bool on) { prefetch_next_ = on; }
+  // Shortest chunk of a decode row's context split across the pool (flash-decoding; attention.h); 0: never.
+  void set_attn_split_min(int64_t n) { attn_split_min_ = n; }
 
  private:
   // The one step: R rows, row r at position pos[r] of slot slot[r]; logits of rows [first_logit, R).
@@ -111,6 +114,7 @@ class Decoder {
   std::vector<int64_t> pos_, slot_;                        // forward's positions and slots, [N]
   bool prof_on_ = false;
   bool prefetch_next_ = true;
+  int64_t attn_split_min_ = kAttnSplitMin;
   StepProfile prof_[kStepKinds];
 };
 

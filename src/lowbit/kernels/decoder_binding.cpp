@@ -472,6 +472,14 @@ void bind_decoder(nb::module_& m) {
              self.d.set_prefetch_next(on);
            },
            nb::arg("on"), "the decode schedule across matrices on (default) or off, for side-by-side measurements")
+      .def("set_attn_split_min",
+           [](PyDecoder& self, int64_t n) {
+             if (n < 0) py::fail("set_attn_split_min: n must be >= 0 (0: never split), not " + std::to_string(n));
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(self.mu);
+             self.d.set_attn_split_min(n);
+           },
+           nb::arg("n"), "shortest chunk of a decode row's context split across threads (flash-decoding); 0: never")
       .def("profile",
            [](PyDecoder& self) {
              nb::dict d;

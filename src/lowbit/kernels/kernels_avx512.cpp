@@ -381,44 +381,6 @@ void quantize_row_avx512(const float* x, int64_t K, int64_t Kp, int64_t group, i
   }
 }
 
-// Decode attention of one head over a float16 cache, widened in registers (vcvtph2ps) as it is read.
-void attn_head_f16_avx512(const float* q, const uint16_t* K, const uint16_t* V, int64_t t, int64_t hd,
-                          float* scores, float* out, float softcap) {
-  const int64_t nv = (hd + 15) / 16;  // hd <= 512: at most 32 vectors
-  __m512 qv[32], ov[32];
-  __mmask16 mk[32];
-  for (int64_t i = 0; i < nv; ++i) {
-    const int64_t n = std::min<int64_t>(16, hd - 16 * i);
-    mk[i] = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-    qv[i] = _mm512_maskz_loadu_ps(mk[i], q + 16 * i);
-    ov[i] = _mm512_setzero_ps();
-  }
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < t; ++j) {
-    const uint16_t* kr = K + j * hd;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nv; ++i)
-      acc = _mm512_fmadd_ps(qv[i], _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[i], kr + 16 * i)), acc);
-    const float s = ops_avx512::softcap_score(_mm512_reduce_add_ps(acc), softcap);
-    scores[j] = s;
-    mx = std::max(mx, s);
-  }
-  float sum = 0.f;
-  for (int64_t j = 0; j < t; ++j) {
-    const float e = ops_avx512::fast_exp(scores[j] - mx);
-    scores[j] = e;
-    sum += e;
-  }
-  const float inv = 1.f / sum;
-  for (int64_t j = 0; j < t; ++j) {
-    const __m512 p = _mm512_set1_ps(scores[j] * inv);
-    const uint16_t* vr = V + j * hd;
-    for (int64_t i = 0; i < nv; ++i)
-      ov[i] = _mm512_fmadd_ps(p, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[i], vr + 16 * i)), ov[i]);
-  }
-  for (int64_t i = 0; i < nv; ++i) _mm512_mask_storeu_ps(out + 16 * i, mk[i], ov[i]);
-}
-
 uint64_t read_avx512(const uint8_t* p, int64_t n) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   const uint8_t* last = p + n - 256;
@@ -437,8 +399,8 @@ uint64_t read_avx512(const uint8_t* p, int64_t n) {
 const KernelTable& kernels_avx512() {
   static const KernelTable t{"avx512", gemm_int_avx512, gemm_float_avx512<float>, gemm_float_avx512<uint16_t>, read_avx512,
                              bf16_x_layout, bf16_x_stride,
-                             OpsTable{quantize_row_avx512, ops_avx512::rmsnorm, ops_avx512::attn_head,
-                                      ops_avx512::act_mul, attn_head_f16_avx512, ops_avx512::f32_to_f16_row}};
+                             OpsTable{quantize_row_avx512, ops_avx512::rmsnorm, ops_avx512::attn_block,
+                                      ops_avx512::act_mul, ops_avx512::f32_to_f16_row}};
   return t;
 }
 

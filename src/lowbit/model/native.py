@@ -18,6 +18,7 @@ from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import IntCodeWeight
 from lowbit.formats.rsr import RSRWeight
 from lowbit.formats.tq1 import TQ1Weight
+from lowbit.model.hugepages import codes_to_hugepages
 
 LOGITS_OF = {"none": 0, "last": 1, "all": 2}
 ACTS = {"silu": 0, "swish": 0, "relu2": 1, "gelu_pytorch_tanh": 2, "gelu_tanh": 2}
@@ -42,6 +43,20 @@ def linear_tuple(lin):
     return None
 
 
+def decode_order_packed_weights(model) -> list:
+    """The blocks' packed-code weights (integer codes, rsr's dense part, tq1, codebook) in the order a decode
+    step reads them."""
+    out = []
+    for blk in model.layers:
+        for n in ("q", "k", "v", "o", "gate", "up", "down"):
+            w = getattr(blk, n).weight
+            if isinstance(w, RSRWeight) and w.dense is not None:
+                w = w.dense
+            if isinstance(w, (IntCodeWeight, TQ1Weight, CodebookWeight)):
+                out.append(w)
+    return out
+
+
 class NativeDecoder:
     def __init__(self, dec, vocab: int, keep: list):
         self._dec = dec
@@ -50,13 +65,16 @@ class NativeDecoder:
         self.vocab = vocab
 
     @classmethod
-    def build(cls, model, slots=None) -> "NativeDecoder | str":
+    def build(cls, model, slots=None, hugepages: bool = True) -> "NativeDecoder | str":
         """The native step over model.cache, or over a SlotKVCache `slots` (for decode_batch); or, when the
-        step cannot run this model, the reason (the model then decodes in numpy)."""
+        step cannot run this model, the reason (the model then decodes in numpy). hugepages: first move the
+        blocks' packed codes, in decode order, onto 2 MiB pages (lowbit.model.hugepages)."""
         a = model.args
         act = ACTS.get(a.hidden_act)
         if act is None:
             return f"hidden_act {a.hidden_act!r} has no native decode step"
+        if hugepages:
+            codes_to_hugepages(decode_order_packed_weights(model))
         layers = []
         for blk in model.layers:
             lins = [linear_tuple(getattr(blk, n)) for n in ("q", "k", "v", "o", "gate", "up", "down")]

@@ -1,0 +1,35 @@
+// Causal attention of R query rows over a static KV cache, on the pool: the driver of attn_block
+// (common.h, attn.inc) for the decoder step and the attention bindings. Rows that are consecutive
+// positions of one slot (a prefill chunk) go as blocks of up to kAttnBlockQueries queries (rows x GQA
+// group) against each kv head, so K/V are read once per block and per group instead of once per query
+// head; a decode row is one task per kv head covering its whole group, and when rows x kv heads give the
+// pool too few tasks its context is cut into chunks run apart and merged (flash-decoding).
+#pragma once
+#include <cstdint>
+
+#include "common.h"
+#include "thread_pool.h"
+
+namespace lowbit {
+
+struct AttnCall {
+  const float* q;             // [R][heads*hd], RoPE'd and scaled
+  float* out;                 // [R][heads*hd]
+  const void *kc, *vc;        // slot 0 of the layer's cache: [slot][n_kv][max_ctx][hd], float16 (uint16) or float32
+  bool f16;
+  const int64_t *pos, *slot;  // [R]: row r attends positions [start, pos[r]] of slot[r], K/V already written
+  int64_t R, heads, n_kv, hd, max_ctx, slot_stride, window;  // window > 0: the last `window` positions only
+  float softcap;              // > 0: Gemma 2's score cap
+};
+
+constexpr int64_t kAttnBlockQueries = 16;
+// A lone row (decode) is cut into chunks of at least this many positions when the kv heads alone give the
+// pool fewer than 4 tasks per thread: at 2 threads, bitnet-2b's 5 kv heads become 10 tasks (not 3 + 2 on
+// the two threads); 64 positions of K/V are >= 16 KB, enough to pay for the merge.
+constexpr int64_t kAttnSplitMin = 64;
+
+// split_min: as kAttnSplitMin (tests pass small values to exercise the merge); 0: never split.
+void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next = nullptr,
+               int64_t split_min = kAttnSplitMin);
+
+}  // namespace lowbit
