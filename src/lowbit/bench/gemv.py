@@ -6,8 +6,10 @@ fraction is taken against the higher of the two (the conservative choice) — a 
 
 Weights are random codes in each format's packed layout. A call reads one of several copies in turn,
 with enough copies to exceed the L3 `ROTATE_L3_FACTOR` times over, so the bytes come from DRAM, as in
-decoding. Timing runs in C++ (the same thread-pool path as `PackedWeight.matmul`) with no Python between
-calls; activation quantization (once per input row, shared by the projections reading it) is not timed.
+decoding; their packed codes sit on 2 MiB pages in one arena as the decoder's do (lowbit.model.hugepages;
+float weights stay where numpy put them, as in the decoder). Timing runs in C++ (the same thread-pool path
+as `PackedWeight.matmul`) with no Python between calls; activation quantization (once per input row, shared
+by the projections reading it) is not timed.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import lowbit
+from lowbit.model.hugepages import codes_to_hugepages
 from lowbit import _native
 from lowbit.bench import bandwidth, memory, roof
 from lowbit.bench.shapes import GEMV_MODELS, MODEL_SHAPES, linear_shapes
@@ -146,6 +149,7 @@ def time_matmul(pw, n_tokens: int = 1, rotate_bytes: int | None = None, min_time
     rotate_bytes = ROTATE_L3_FACTOR * l3_bytes() if rotate_bytes is None else rotate_bytes
     n_copies = max(1, math.ceil(rotate_bytes / pw.nbytes)) if rotate_bytes else 1
     copies = [_copy(pw) for _ in range(n_copies)]
+    codes_to_hugepages(copies)  # as NativeDecoder.build places a model's codes
     run = _timer(pw, n_tokens, copies, rng)
     run(max(2, n_copies))  # warm-up: page in every copy
     once = run(n_copies) / n_copies
