@@ -46,6 +46,8 @@ def test_error_feedback_lowers_output_error(m, v, b, k):
     idx_f, s_f = gptq_codes(w, h, books, 32, beam=4)
     fed = output_error(w, wq(idx_f, s_f), h)
     assert fed < 0.95 * base  # same codebooks and bits: the feedback alone (real layers: 2-3x lower)
+    idx_a, s_a = gptq_codes(w, h, books, 32, beam=4, act_order=True)
+    assert output_error(w, wq(idx_a, s_a), h) < 0.95 * base
     assert np.isclose(base, np.sum(((w - wq(idx, s)) @ x.T.astype(np.float64)) ** 2) / x.shape[0], rtol=1e-6)
     # through the format: hessian= gives the fed-back codes, deterministic
     a = CodebookWeight.quantize(w, m=m, v=v, b=b, g=32, iters=2, hessian=h, beam=4)
@@ -60,3 +62,19 @@ def test_bad_hessian_is_refused():
         CodebookWeight.quantize(w, m=1, v=4, b=2, g=16, hessian=np.eye(15))
     with pytest.raises(ValueError, match="non-finite"):
         inverse_cholesky(np.full((4, 4), np.nan))
+
+
+def test_refine_codebooks_never_raises_the_output_error():
+    from lowbit.formats.codebook_gptq import refine_codebooks
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((40, 64)).astype(np.float32)
+    x = correlated_inputs(300, 64, 4)
+    h = x.T.astype(np.float64) @ x / 300
+    idx, s, books = fit_codebooks(w, 2, 4, 3, 32, iters=1, importance=np.diag(h).copy())
+    new = refine_codebooks(w, h, idx, s, books, 32, steps=6)
+
+    def err(bk):
+        return output_error(w, (reconstruct(bk, idx.reshape(-1, 2)).reshape(40, 64) * np.repeat(s, 32, axis=1)), h)
+    assert new.shape == books.shape and np.array_equal(new, new.astype(np.float16).astype(np.float32))
+    assert err(new) < err(books)  # the diagonal-weighted fit is not the output-error optimum

@@ -81,13 +81,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="with --calibration: weight each input's error by its mean x^2 only, instead of the default "
                          "GPTQ-style error feedback with each linear's full input Hessian X^T X, collected layer by layer "
                          "from the model quantized so far (Llama-family models; needs torch)")
+    cb.add_argument("--no-act-order", dest="act_order", action="store_false",
+                    help="error feedback in input order (each group's scales from the updated weights) instead of the "
+                         "default GPTQ act-order (most important inputs first, scales fixed beforehand)")
     cb.add_argument("--damp", type=float, default=0.01,
                     help="dampening of the error feedback's Hessian, a fraction of its mean diagonal (default 0.01)")
     cb.add_argument("--finetune-steps", type=int, default=FINETUNE_STEPS, metavar="N",
                     help="with --calibration: steps of knowledge-distillation fine-tuning afterwards (codes frozen; "
                          "codebooks, scales and norms trained towards the source model's next-token distributions on "
                          f"the calibration text; ~6 s a step on one core for SmolLM2-135M); 0: none (default {FINETUNE_STEPS})")
-    cb.add_argument("--finetune-lr", type=float, default=1e-4, help="Adam learning rate of the fine-tune (default 1e-4)")
+    cb.add_argument("--finetune-lr", type=float, default=1e-3,
+                    help="Adam learning rate of the fine-tune, relative to each tensor's RMS (default 1e-3)")
     cb.add_argument("--finetune-seq", type=int, default=256, metavar="T",
                     help="tokens per fine-tuning window (default 256; one window per step)")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing lowbit directory")
@@ -104,6 +108,8 @@ def main(args) -> int:
     if args.format == "codebook":
         options = {"m": args.m, "v": args.v, "b": args.b, "g": args.g, "iters": args.iters, "seed": args.seed,
                    "beam": args.beam}
+        if not args.act_order:
+            options["act_order"] = False
     try:
         out = convert(args.src, args.out, format=args.format, group_size=args.group_size,
                       lm_head_format=args.lm_head_format or LM_HEAD_FORMAT, embed_format=args.embed_format,

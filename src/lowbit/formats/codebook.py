@@ -165,11 +165,13 @@ class CodebookWeight(PackedWeight):
     @classmethod
     def quantize(cls, w, m: int = 1, v: int = 4, b: int = 8, g: int | None = None, group_size: int | None = None,
                  seed: int = 0, iters: int = 4, importance=None, beam: int = 8, hessian=None, damp: float = 0.01,
-                 **options) -> "CodebookWeight":
+                 refine: int = 0, act_order: bool = True, **options) -> "CodebookWeight":
         """Fits m codebooks of 2^b centroids of v inputs to w (float32 [M, K]); g (or group_size) inputs per
         scale (default 128). importance: float [K] per-input weights (calibration mean x^2) or None; beam:
         the code search's beam width for m > 1 (codebook_beam); hessian: float [K, K] = X^T X / n of the
-        layer's inputs: codes chosen with error feedback (codebook_gptq; damp: its dampening)."""
+        layer's inputs: codes chosen with error feedback (codebook_gptq; damp: its dampening; act_order: the
+        most important inputs first), then `refine`
+        conjugate-gradient steps on the codebooks for the output error."""
         from lowbit.formats.codebook_quant import fit_codebooks
 
         w = check_weight(w)
@@ -180,7 +182,8 @@ class CodebookWeight(PackedWeight):
         if beam < 1:
             raise ValueError(f"codebook: beam must be >= 1, got {beam}")
         idx, s, books = fit_codebooks(w, m, v, b, group, seed=seed, iters=iters, importance=importance, beam=beam,
-                                      hessian=hessian, damp=damp)
+                                      hessian=hessian, damp=damp, refine=refine,
+                                      act_order=act_order)
         return cls.from_parts(idx, s, books, group, k=w.shape[1], seed=seed,
                               weighted=importance is not None or hessian is not None)
 

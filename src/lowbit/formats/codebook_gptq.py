@@ -82,9 +82,14 @@ def _rms(w: np.ndarray) -> np.ndarray:
 
 
 def gptq_codes(w: np.ndarray, h: np.ndarray, books: np.ndarray, group: int, beam: int = 8,
-               damp: float = DAMP) -> tuple[np.ndarray, np.ndarray]:
+               damp: float = DAMP, act_order: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """w float32 [M, K], h [K, K] the input Hessian (X^T X / n), books [m, 2^b, v] (float16-exact) ->
-    (codes uint8 [M, Kp/v, m], scales float32 [M, G] float16-rounded), Kp = K rounded up to v."""
+    (codes uint8 [M, Kp/v, m], scales float32 [M, G] float16-rounded), Kp = K rounded up to v.
+
+    act_order: quantize the segments in decreasing order of their inputs' H[k, k] (GPTQ's act-order: the
+    inputs that matter most go first, while every other input can still absorb their error), with the
+    scales fixed beforehand from the unchanged weights; else in input order, each group's scales taken
+    from the weights as updated when the group is reached."""
     rows, k = w.shape
     m, nc, v = books.shape
     if h.shape != (k, k):
@@ -92,36 +97,48 @@ def gptq_codes(w: np.ndarray, h: np.ndarray, books: np.ndarray, group: int, beam
     if group % v:
         raise ValueError(f"group {group} must be a multiple of v={v}")
     kp = -(-k // v) * v
+    nseg, ngroups = kp // v, -(-kp // group)
     wp = np.zeros((rows, kp), np.float64)
     wp[:, :k] = w
     hp = np.zeros((kp, kp), np.float64)
     hp[:k, :k] = h
-    u = inverse_cholesky(hp, damp)
     dead = np.diag(hp) <= 0
     wp[:, dead] = 0.0
-    nseg, ngroups = kp // v, -(-kp // group)
-    idx = np.empty((rows, nseg, m), np.uint8)
     scales = np.empty((rows, ngroups), np.float32)
+    if act_order:
+        order = np.argsort(-np.diag(hp).reshape(nseg, v).sum(axis=1), kind="stable")  # segments, most important first
+        for gi in range(ngroups):
+            scales[:, gi] = _rms(wp[:, gi * group:(gi + 1) * group])
+        block = group
+    else:
+        order = np.arange(nseg)
+        block = group
+    cols = (order[:, None] * v + np.arange(v)[None, :]).reshape(-1)  # permuted column -> input
+    wp, hp = wp[:, cols], hp[np.ix_(cols, cols)]
+    u = inverse_cholesky(hp, damp)
+    idx = np.empty((rows, nseg, m), np.uint8)
     books64 = books.astype(np.float64)
-    for gi in range(ngroups):
-        g0, g1 = gi * group, min(kp, (gi + 1) * group)
-        blk = wp[:, g0:g1].copy()       # [M, g] updated within the group
-        err = np.empty_like(blk)         # [M, g] the scaled errors (w - q) U_BB^-1
-        s = _rms(blk)
-        scales[:, gi] = s
-        for c0 in range(g0, g1, v):
+    for b0 in range(0, kp, block):
+        b1 = min(kp, b0 + block)
+        blk = wp[:, b0:b1].copy()       # [M, block] updated within the block
+        err = np.empty_like(blk)         # [M, block] the scaled errors (w - q) U_BB^-1
+        if not act_order:  # the block is the scale group
+            scales[:, b0 // group] = _rms(blk)
+        for c0 in range(b0, b1, v):
             c1 = c0 + v
+            seg = int(order[c0 // v])
+            s = scales[:, seg * v // group]
             uinv = np.linalg.inv(u[c0:c1, c0:c1])  # [v, v] upper
-            x = blk[:, c0 - g0:c1 - g0] / s[:, None]  # normalized [M, v]
+            x = blk[:, c0 - b0:c1 - b0] / s[:, None]  # normalized [M, v]
             code = _code((x @ uinv).astype(np.float32), (books64 @ uinv).astype(np.float32), beam)
-            idx[:, c0 // v] = code
+            idx[:, seg] = code
             q = books64[0][code[:, 0]]
             for i in range(1, m):
                 q = q + books64[i][code[:, i]]
-            e = (blk[:, c0 - g0:c1 - g0] - s[:, None] * q) @ uinv  # [M, v]
-            err[:, c0 - g0:c1 - g0] = e
-            blk[:, c1 - g0:] -= e @ u[c0:c1, c1:g1]
-        wp[:, g1:] -= err @ u[g0:g1, g1:]
+            e = (blk[:, c0 - b0:c1 - b0] - s[:, None] * q) @ uinv  # [M, v]
+            err[:, c0 - b0:c1 - b0] = e
+            blk[:, c1 - b0:] -= e @ u[c0:c1, c1:b1]
+        wp[:, b1:] -= err @ u[b0:b1, b1:]
     return idx, scales
 
 
@@ -129,3 +146,61 @@ def output_error(w: np.ndarray, wq: np.ndarray, h: np.ndarray) -> float:
     """tr((W - Wq) H (W - Wq)^T) = ||(W - Wq) X^T||^2 / n for H = X^T X / n."""
     d = (np.asarray(w, np.float64) - np.asarray(wq, np.float64))
     return float(((d @ np.asarray(h, np.float64)) * d).sum())
+
+
+def _apply(books, idx, s_cols):
+    """L(C): codes idx [M, nseg, m], books [m, nc, v], s_cols [M, Kp] -> Wq [M, Kp] (float64)."""
+    rows, nseg, m = idx.shape
+    out = books[0][idx[..., 0]]
+    for i in range(1, m):
+        out = out + books[i][idx[..., i]]
+    return out.reshape(rows, -1) * s_cols
+
+
+def _adjoint(g, idx, s_cols, nc):
+    """L^T(G): G [M, Kp] -> [m, nc, v], the gradient of <G, L(C)> with respect to the codebooks."""
+    rows, nseg, m = idx.shape
+    v = g.shape[1] // nseg
+    gs = (g * s_cols).reshape(rows * nseg, v)
+    out = np.empty((m, nc, v), np.float64)
+    for i in range(m):
+        flat = idx[..., i].reshape(-1).astype(np.int64)
+        for t in range(v):
+            out[i, :, t] = np.bincount(flat, weights=gs[:, t], minlength=nc)
+    return out
+
+
+def refine_codebooks(w: np.ndarray, h: np.ndarray, idx: np.ndarray, scales: np.ndarray, books: np.ndarray,
+                     group: int, steps: int = 8) -> np.ndarray:
+    """The codebooks [m, nc, v] that minimize the output error tr((W - Wq) H (W - Wq)^T) for fixed codes
+    idx [M, nseg, m] and scales [M, G]: conjugate gradients on this quadratic (Wq is linear in the codebooks),
+    `steps` iterations from books, then float16-rounded; the start is returned if they do not lower the error."""
+    rows, k = w.shape
+    m, nc, v = books.shape
+    kp = idx.shape[1] * v
+    wp = np.zeros((rows, kp), np.float64)
+    wp[:, :k] = w
+    hp = np.zeros((kp, kp), np.float64)
+    hp[:k, :k] = h
+    s_cols = np.repeat(scales.astype(np.float64), group, axis=1)[:, :kp]
+    c = books.astype(np.float64)
+    r = -_adjoint((_apply(c, idx, s_cols) - wp) @ hp, idx, s_cols, nc)  # minus half the gradient
+    p = r.copy()
+    rr = float((r * r).sum())
+    for _ in range(steps):
+        if rr <= 1e-30:
+            break
+        lp = _apply(p, idx, s_cols)
+        curv = float(((lp @ hp) * lp).sum())
+        if curv <= 1e-30:
+            break
+        alpha = rr / curv
+        c = c + alpha * p
+        r = r - alpha * _adjoint(lp @ hp, idx, s_cols, nc)
+        rr_new = float((r * r).sum())
+        p = r + (rr_new / rr) * p
+        rr = rr_new
+    new = c.astype(np.float16).astype(np.float32)
+    before = output_error(w, _apply(books.astype(np.float64), idx, s_cols)[:, :k], h)
+    after = output_error(w, _apply(new.astype(np.float64), idx, s_cols)[:, :k], h)
+    return new if after < before else books

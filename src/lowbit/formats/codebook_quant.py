@@ -119,12 +119,14 @@ def codes_for(x, books, idx, wt, beam):
 
 def fit_codebooks(w: np.ndarray, m: int, v: int, b: int, group: int, seed: int = 0, iters: int = 4,
                   importance: np.ndarray | None = None, beam: int = 8, hessian: np.ndarray | None = None,
-                  damp: float = 0.01):
+                  damp: float = 0.01, refine: int = 0, act_order: bool = True):
     """w float32 [M, K] -> (codes uint8 [M, Kp/v, m], scales float32 [M, G], codebooks float32 [m, 2^b, v]),
     scales and codebooks float16-rounded. importance: float [K] (mean x^2 per input channel) or None.
     hessian: float [K, K] = X^T X / n of the layer's inputs: the codebooks are fit with its diagonal as the
-    importance, then codes and scales are re-chosen with error feedback (codebook_gptq), kept if they lower
-    the output error tr((W - Wq) H (W - Wq)^T)."""
+    importance, then codes and scales are re-chosen with error feedback (codebook_gptq, act_order: in
+    GPTQ's act-order), kept if they lower
+    the output error tr((W - Wq) H (W - Wq)^T); refine: then that many conjugate-gradient steps on the
+    codebooks for this output error (codebook_gptq.refine_codebooks; 0: none)."""
     if hessian is not None:
         from lowbit.formats.codebook_gptq import gptq_codes, output_error
 
@@ -133,15 +135,19 @@ def fit_codebooks(w: np.ndarray, m: int, v: int, b: int, group: int, seed: int =
             raise ValueError(f"hessian must be [{w.shape[1]}, {w.shape[1]}], got {hessian.shape}")
         diag = np.maximum(np.diag(hessian), 0.0) if importance is None else importance
         idx, s, books = fit_codebooks(w, m, v, b, group, seed, iters, diag, beam)
-        idx_f, s_f = gptq_codes(w, hessian, books, group, beam, damp)
+        idx_f, s_f = gptq_codes(w, hessian, books, group, beam, damp, act_order)
         k = w.shape[1]
 
         def wq(i, sc):
             return (reconstruct(books, i.reshape(-1, m)).reshape(w.shape[0], -1)
                     * np.repeat(sc, group, axis=1)[:, :i.shape[1] * v])[:, :k]
-        if output_error(w, wq(idx_f, s_f), hessian) < output_error(w, wq(idx, s), hessian):
-            return idx_f, s_f, books
-        return idx, s, books
+        if output_error(w, wq(idx_f, s_f), hessian) >= output_error(w, wq(idx, s), hessian):
+            idx_f, s_f = idx, s
+        if refine:
+            from lowbit.formats.codebook_gptq import refine_codebooks
+
+            books = refine_codebooks(w, hessian, idx_f, s_f, books, group, steps=refine)
+        return idx_f, s_f, books
     rows, k = w.shape
     kp = -(-k // v) * v
     nseg, nc = kp // v, 1 << b

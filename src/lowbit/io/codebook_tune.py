@@ -103,9 +103,9 @@ def kd_loss(student: TorchLlama, teacher: TorchLlama, batch: torch.Tensor) -> to
 
 
 def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: int, seq: int = 256, batch: int = 1,
-             lr: float = 1e-4, seed: int = 0, progress: bool = True) -> list[float]:
+             lr: float = 1e-3, seed: int = 0, progress: bool = True) -> list[float]:
     """Trains student's codebooks, scales and norms towards teacher on windows of ids; returns the KD loss of
-    each step (before its update)."""
+    each step (before its update). lr is relative: each tensor's Adam step size is lr times its RMS."""
     from tqdm.auto import tqdm
 
     if steps < 0 or seq < 2 or batch < 1:
@@ -120,7 +120,9 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
     params = trainable(student)
     for p in params:
         p.requires_grad_(True)
-    opt = torch.optim.Adam(params, lr=lr)
+    # one group per tensor, its step size relative to the tensor's RMS (scales ~1e-2, codebooks and norms ~1)
+    opt = torch.optim.Adam([{"params": [p], "lr": lr * max(float(p.detach().pow(2).mean().sqrt()), 1e-8)}
+                            for p in params])
     gen = torch.Generator().manual_seed(int(seed))
     data = torch.tensor(ids, dtype=torch.long)
     losses = []
