@@ -27,6 +27,9 @@ def test_bench_serve_shape_json(capsys):
         assert 0 < p["gemv_ms"] < p["native_ms"] <= p["step_ms"] <= p["wall_ms_per_step"] and p["python_ms"] >= 0
         assert 0 < lv["ttft_p50_s"] <= lv["ttft_p95_s"] and lv["ttft_p50_s"] < lv["latency_p50_s"] <= lv["latency_p95_s"]
     assert res["levels"][0]["speedup_vs_1_client"] == 1.0
+    c = res["step_ceiling"]  # the native step alone: 3 one-row steps against one 3-row step
+    assert c["batch"] == 3 and c["rounds"] >= 1 and c["b1"]["gemv"] > 0 and c["bn"]["seconds"] > c["bn"]["gemv"] > 0
+    assert c["gain"]["seconds"] == pytest.approx(3 * c["b1"]["seconds"] / c["bn"]["seconds"])
 
 
 def test_bench_serve_table_and_bad_args(capsys):

@@ -129,3 +129,31 @@ def test_rejects_bad_rows(rng):
     with pytest.raises(ValueError, match="heads % kv_heads"):
         run(np.ones((2, 3, 8), np.float32), np.ones((1, 2, 16, 8), np.float32), np.ones((1, 2, 16, 8), np.float32),
             [0, 1], [0, 0])
+
+
+@pytest.mark.parametrize("f16", [True, False])
+def test_later_nan_and_inf_stay_out_of_earlier_rows(isa, rng, f16):
+    # a prefill block whose last rows wrote inf / NaN: the earlier rows of the same block must not see them
+    kc, vc = make_cache(rng, 1, 1, 40, 64, f16)
+    kv_view = (lambda a: a.view(np.float16)) if f16 else (lambda a: a)
+    kv_view(vc)[0, 0, 21, 5] = np.inf
+    kv_view(kc)[0, 0, 22, 0] = np.nan
+    kv_view(vc)[0, 0, 22, 1] = np.nan
+    pos = np.arange(10, 23)
+    q = rng.standard_normal((len(pos), 2, 64)).astype(np.float32)
+    out = run(q, kc, vc, pos, np.zeros(len(pos), np.int64))
+    want = reference(q[:11], kc, vc, pos[:11], np.zeros(11, np.int64))
+    np.testing.assert_allclose(out[:11], want, rtol=2e-4, atol=2e-5)  # rows before position 21
+    assert not np.isfinite(out[11:]).all(axis=1).any()
+
+
+def test_split_is_the_same_alone_and_in_a_batch(isa, rng):
+    # a lone row's chunks depend on its own context only: decoding it alone or beside others gives the same bits
+    kc, vc = make_cache(rng, 3, 1, 300, 64, True)
+    q = rng.standard_normal((3, 2, 64)).astype(np.float32)
+    pos, slot = [299, 150, 7], [2, 0, 1]
+    batch = run(q, kc, vc, pos, slot)
+    for r in range(3):
+        alone = run(q[r:r + 1], kc, vc, pos[r:r + 1], slot[r:r + 1])
+        assert np.array_equal(alone[0], batch[r])
+    np.testing.assert_allclose(batch, reference(q, kc, vc, pos, slot), rtol=2e-4, atol=2e-5)

@@ -39,22 +39,44 @@ def test_moved_codes_give_bitwise_the_same_logits(isa, fmt):
     assert [w.codes.ctypes.data for w in ws] == addrs
 
 
-def test_file_backed_codes_stay(tmp_path):
+def test_memmap_codes_move_and_raw_mmap_views_stay(tmp_path):
     class W:
         pass
 
     p = tmp_path / "codes.bin"
     p.write_bytes(bytes(range(256)) * 64)
-    mm = np.memmap(p, dtype=np.uint8, mode="r")
-    w, v = W(), W()
-    w.codes = mm[256:1280]
+    mm = np.memmap(p, dtype=np.uint8, mode="c")
+    w, v, r = W(), W(), W()
+    w.codes = mm[100:100 + 2 * 4096 + 5]  # a file view: moved, its whole pages dropped from the process
     v.codes = np.arange(300, dtype=np.uint8)
+    r.codes = hugepage_buffer(64)  # a raw mmap's view (an arena's): left alone
+    want_w = w.codes.copy()
     assert file_backed(w.codes) and not file_backed(v.codes)
-    assert codes_to_hugepages([w, v, v]) == 4096  # v once, padded to 4 KiB; w untouched
-    assert isinstance(w.codes.base, np.memmap) or file_backed(w.codes)
-    assert v._on_hugepages and np.array_equal(v.codes, np.arange(300, dtype=np.uint8))
-    assert not getattr(w, "_on_hugepages", False)
+    assert codes_to_hugepages([w, v, v, r]) == 3 * 4096 + 4096  # w: 8197 -> 12288 bytes, v once: 300 -> 4096
+    assert w._on_hugepages and v._on_hugepages and not getattr(r, "_on_hugepages", False)
+    assert np.array_equal(w.codes, want_w) and np.array_equal(v.codes, np.arange(300, dtype=np.uint8))
+    assert np.array_equal(mm[100:100 + 2 * 4096 + 5], want_w)  # the dropped pages read back from the file
+    assert w.codes.ctypes.data % (2 << 20) == 0
     assert codes_to_hugepages([]) == 0
+
+
+def test_loaded_model_codes_move(tmp_path, monkeypatch):
+    """A converted model loads its codes as views of the checkpoint's file mapping: they move too, same text."""
+    import lowbit
+    from tests.io.tiny import random_weights, tiny_config, write_gguf
+
+    monkeypatch.setenv("LOWBIT_CACHE", str(tmp_path / "cache"))
+    cfg = tiny_config()
+    src = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg))
+    ref = lowbit.load(src, format="int4", progress=False, warmup=False)
+    ref.model._native = NativeDecoder.build(ref.model, hugepages=False)
+    assert any(file_backed(w.codes) for w in decode_order_packed_weights(ref.model))
+    want = ref.generate("hello", max_tokens=6)
+    got = lowbit.load(src, format="int4", progress=False, warmup=False)
+    text = got.generate("hello", max_tokens=6)
+    ws = decode_order_packed_weights(got.model)
+    assert ws and all(getattr(w, "_on_hugepages", False) for w in ws)
+    assert text == want
 
 
 def test_hugepage_buffer():

@@ -159,12 +159,15 @@ def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens
             if profile:
                 lv["profile"] = prof.result
             levels.append(lv)
+    if profile:  # the same model, the server stopped: what the kernels allow at this batch
+        ceiling = step_ceiling(llm.model, batch, prompt_tokens)
     base = levels[0]["aggregate_tps"] if levels and levels[0]["clients"] == 1 else None
     for lv in levels:
         lv["speedup_vs_1_client"] = lv["aggregate_tps"] / base if base else None
     return {"model": label, "threads": lowbit.get_threads(),
             "isa": lowbit.cpu_info()["isa"], "max_batch": batch, "prompt_tokens": prompt_tokens,
-            "gen_tokens": gen_tokens, "prompt_pool": prompt_pool, "levels": levels}
+            "gen_tokens": gen_tokens, "prompt_pool": prompt_pool, "levels": levels,
+            **({"step_ceiling": ceiling} if profile else {})}
 
 
 def _level_sync(url, c, requests, prompts, gen_tokens, timeout) -> dict:
@@ -230,6 +233,46 @@ class StepProfile:
         self.result = r
 
 
+def step_ceiling(model, batch: int, prompt_tokens: int, rounds: int = 8, seed: int = 0) -> dict | None:
+    """The kernels' bound on the aggregate speedup: the native step alone (no server), `batch` steps of one
+    row against one step of `batch` rows, alternating, from slots holding prompt_tokens tokens.
+    -> {"b1": {category: ms per step}, "bn": {...}, "gain": {category: batch x b1 / bn}} (medians over
+    rounds), or None without the native step."""
+    from lowbit.model.batch import BatchDecoder
+
+    ctx = model.max_context
+    n_prompt = max(1, min(prompt_tokens, ctx - 2 * rounds))
+    rounds = min(rounds, (ctx - n_prompt) // 2)  # each round adds two rows to every slot
+    if rounds < 1:
+        return None
+    bd = BatchDecoder(model, batch, max_context=ctx)
+    nat = bd._native
+    if nat is None:
+        return None
+    rng = np.random.default_rng(seed)
+    vocab = model.args.vocab_size
+    for s in range(batch):
+        bd.step([(s, [int(t) for t in rng.integers(0, vocab, n_prompt)], True)])
+    cats = StepProfile.CATEGORIES + ("seconds",)
+    runs: dict[str, list] = {"b1": [], "bn": []}
+    try:
+        for r in range(rounds):
+            for kind in (("b1", "bn") if r % 2 == 0 else ("bn", "b1")):
+                nat.set_profile(True)
+                if kind == "b1":
+                    for s in range(batch):  # every slot one row further, one at a time
+                        bd.step([(s, [int(rng.integers(0, vocab))], True)])
+                else:
+                    bd.step([(s, [int(rng.integers(0, vocab))], True) for s in range(batch)])
+                p = nat.profile()["batch"]
+                runs[kind].append({c: 1e3 * p[c] / p["steps"] for c in cats})
+    finally:
+        nat.set_profile(False)
+    med = {k: {c: float(np.median([x[c] for x in v])) for c in cats} for k, v in runs.items()}
+    gain = {c: batch * med["b1"][c] / med["bn"][c] if med["bn"][c] > 0 else float("nan") for c in cats}
+    return {"batch": batch, "rounds": rounds, "b1": med["b1"], "bn": med["bn"], "gain": gain}
+
+
 def _ms(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -263,6 +306,15 @@ def print_result(r: dict) -> None:
                                  (("gemv", 7), ("join", 6), ("attention", 6), ("lm_head", 6), ("rest", 6)))
                       + f" {p['python_ms']:>7.2f} {p['not_stepping_ms']:>6.2f} {_ms(p.get('http_cpu_ms')):>8}"
                       f" {_ms(p.get('clients_cpu_ms')):>10}")
+    c = r.get("step_ceiling")
+    if c:
+        names = (*StepProfile.CATEGORIES, "seconds")
+        print(f"the native step alone, {c['batch']} steps of 1 row vs 1 step of {c['batch']} rows, alternating "
+              f"(median of {c['rounds']}), ms per step; gain = {c['batch']} x B1 / B{c['batch']} (the kernels' bound "
+              f"on the aggregate speedup of decode):")
+        print(f"{'':>7} " + " ".join(f"{('total' if n == 'seconds' else n):>9}" for n in names))
+        for label, row in (("B=1", c["b1"]), (f"B={c['batch']}", c["bn"]), ("gain", c["gain"])):
+            print(f"{label:>7} " + " ".join(f"{row[n]:>9.2f}" for n in names))
 
 
 def add_parser(bsub) -> None:
@@ -284,7 +336,8 @@ def add_parser(bsub) -> None:
                    help="cycle the requests through N random prompts, so cached prefixes are re-used (default 0: "
                         "every request its own prompt, every level the same prefill per request)")
     s.add_argument("--profile", action="store_true",
-                   help="per engine step: the native step's parts, the engine's Python, idle time (per level)")
+                   help="per engine step: the native step's parts, the engine's Python, idle time, HTTP CPU (per "
+                        "level); then the native step alone at 1 row vs max-batch rows (the kernels' bound)")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=main)
 

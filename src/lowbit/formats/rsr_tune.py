@@ -70,7 +70,8 @@ def _store(path: Path, key: str, entry: dict) -> None:
         raise
 
 
-TUNER_VERSION = 2  # in the cache key: answers of an older tuner (best of 3, one k after another) are not reused
+TUNER_VERSION = 3  # in the cache key: answers of an older tuner or kernel (v1: best of 3, one k after another;
+# v2: the 128-token int8 tile) are not reused
 
 
 def tune_key(k_dim: int, base: int, n_tokens: int) -> str:

@@ -81,11 +81,13 @@ void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next,
     blocks.emplace_back(r, r1 - r);
     r = r1;
   }
-  const int64_t base_tasks = (int64_t)blocks.size() * c.n_kv, want = 4 * (int64_t)pool_threads();
-  const int64_t split = split_min > 0 && base_tasks < want ? (want + base_tasks - 1) / base_tasks : 1;
+  // A lone row's chunk count depends only on its own context, the kv heads and the pool, never on the other
+  // rows of the step: a sequence decoded alone and in a batch gets the same chunks, so the same bits.
+  const int64_t want = 4 * (int64_t)pool_threads();
+  const int64_t split = split_min > 0 && c.n_kv < want ? (want + c.n_kv - 1) / c.n_kv : 1;
   for (const auto& [r0, rows] : blocks) {
     const int64_t lo = P.lo[r0], hi = P.hi[r0 + rows - 1], len = hi - lo;
-    const int64_t nc = rows == 1 ? std::min(split, std::max<int64_t>(1, len / std::max<int64_t>(1, split_min))) : 1;
+    const int64_t nc = rows == 1 && split > 1 ? std::min(split, std::max<int64_t>(1, len / split_min)) : 1;
     for (int64_t h = 0; h < c.n_kv; ++h) {
       if (nc == 1) {
         P.tasks.push_back({r0, rows, h, -1, len * rows});

@@ -23,9 +23,10 @@ struct AttnCall {
 };
 
 constexpr int64_t kAttnBlockQueries = 16;
-// Chunks of a split context hold at least this many positions; the split happens only when the rows x kv
-// heads give fewer than 4 tasks per pool thread.
-constexpr int64_t kAttnSplitMin = 256;
+// A lone row (decode) is cut into chunks of at least this many positions when the kv heads alone give the
+// pool fewer than 4 tasks per thread: at 2 threads, bitnet-2b's 5 kv heads become 10 tasks (not 3 + 2 on
+// the two threads); 64 positions of K/V are >= 16 KB, enough to pay for the merge.
+constexpr int64_t kAttnSplitMin = 64;
 
 // split_min: as kAttnSplitMin (tests pass small values to exercise the merge); 0: never split.
 void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next = nullptr,

@@ -25,8 +25,8 @@ void rsr_task(void* p, int64_t t) {
   const int64_t n0 = tile * j.tile;
   const int nt = (int)std::min(j.tile, c.ldx - n0);  // ldx is 1 or padded to a whole number of vectors
   const int64_t nreal = std::min<int64_t>(nt, c.N - n0);
-  thread_local std::vector<int32_t> scratch;  // u [S][nt], r [k][nt], c [K + 1]: 4-byte elements
-  const size_t need = (size_t)(ix.S + ix.k) * nt + ix.K + 1;
+  thread_local std::vector<int32_t> scratch;  // u [S][nt], r [k][nt], c [K + 4]: 4-byte elements
+  const size_t need = (size_t)(ix.S + ix.k) * nt + ix.K + 4;
   if (scratch.size() < need) scratch.resize(need);
   int32_t* u = scratch.data();
   int32_t* r = u + ix.S * nt;

@@ -40,7 +40,7 @@ struct RsrIndex {
 
 // One ISA's block kernels: step 1 + step 2 of block blk for nt tokens of xT (already offset to the
 // tile's first token; rows ldx apart; nt = 1, or a multiple of 8 (f32) up to kRsrTileF32 / of 16 (i8) up to kRsrTileI8).
-// u: scratch [S][nt]; r: out [k][nt]; c: scratch [K + 1] for one token (nt = 1), where step 1 is a
+// u: scratch [S][nt]; r: out [k][nt]; c: scratch [K + 4] for one token (nt = 1), where step 1 is a
 // prefix sum along the permutation, C[l] = sum_{l' < l} x[perm[l']], and u[p] = C[seg[p+1]] - C[seg[p]]:
 // no branch per segment (segments average K / S rows, so a loop per segment mispredicts at each exit).
 // With nt = 1 the int8 xT must be readable 3 bytes past K (the AVX2 path gathers 4-byte words).

@@ -2,6 +2,7 @@
 // (layout and bounds in rsr.h).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "rsr.h"
 

@@ -122,7 +122,8 @@ class BatchDecoder:
         every row. -> float32 logits [items that want them, vocab], each of its item's last id, in item
         order; a view of a buffer the next step overwrites.
 
-        Without the native step, each item runs alone through the numpy reference (prefill_python)."""
+        Without the native step: the numpy reference, the decode rows batched (decode_python) and each
+        prompt chunk alone (prefill_python)."""
         items = [(int(s), [int(i) for i in ids], bool(w)) for s, ids, w in items]
         if not items:
             raise ValueError("a step needs at least one item")
@@ -136,9 +137,17 @@ class BatchDecoder:
                 raise ValueError(f"slot {s}: a step item needs at least one token")
             self.cache.slot(s).check_room(len(ids))
         n_logits = sum(w for _, _, w in items)
-        if self._native is None:
-            out = [self.prefill(s, ids) for s, ids, _ in items]
-            return np.stack([o for o, (_, _, w) in zip(out, items) if w]) if n_logits else np.empty((0, self.vocab), np.float32)
+        if self._native is None:  # the numpy reference: decode rows batched, prompt chunks one by one
+            dec = [i for i, (_, ids, w) in enumerate(items) if w and len(ids) == 1]
+            out: dict[int, np.ndarray] = {}
+            if dec:
+                rows = self.decode_python([items[i][1][0] for i in dec], [items[i][0] for i in dec])
+                out.update(zip(dec, rows))
+            for i, (s, ids, _) in enumerate(items):
+                if i not in out:
+                    out[i] = self.prefill(s, ids)
+            want = [out[i] for i, (_, _, w) in enumerate(items) if w]
+            return np.stack(want) if want else np.empty((0, self.vocab), np.float32)
         # rows: every id, except that the last id of each item wanting logits goes to the end (in item order):
         # the step computes logits for its last rows only; attention does not care about row order
         tokens, pos, slot_of = [], [], []

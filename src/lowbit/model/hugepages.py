@@ -1,17 +1,21 @@
 """The decoder's packed weight codes on 2 MiB pages (transparent huge pages), in the order decode reads them.
 
 A decode step streams every weight once. On 4 KiB pages that is a TLB miss every 4 KiB (a page walk the
-hardware prefetcher does not cross into), and numpy puts only allocations >= 4 MiB on huge pages, so a small
-model's matrices (bitnet-0.7b: 0.6-1.6 MB each) all sit on 4 KiB pages. Measured on Zen 3, one thread
-streaming the 2-bit GEMV from DRAM: 1536x1536 x1.18, 4096x1536 x1.24 faster on 2 MiB pages.
+hardware prefetcher does not cross into). Where a model's codes land is otherwise an accident: numpy
+madvises huge pages only for allocations >= 4 MiB (a smaller array gets them only if the heap reuses a
+range a big temporary had advised: ~80 % of bitnet-0.7b's codes when built by quantize in-process), and a
+loaded model's codes are views of its file mapping (np.memmap, 4 KiB page-cache pages). Measured on Zen 3,
+one thread streaming the 2-bit GEMV from DRAM: 0.4-1.6 MB matrices x1.02-1.30 faster on 2 MiB pages.
 
-    moved = codes_to_hugepages(weights)   # IntCodeWeight list -> bytes moved into one huge-page arena
+    moved = codes_to_hugepages(weights)   # weights with flat uint8 ``codes`` -> bytes moved into one arena
 
 Each weight's ``codes`` becomes a view into one anonymous mapping (2 MiB aligned, MADV_HUGEPAGE), packed in
-the given order with 4 KiB between matrices; the old arrays are freed as each is copied and the freed heap
-handed back every 256 MiB (malloc_trim), so the peak RSS is at most ~256 MiB above the weights. Skipped (left where they are): codes backed by a file mapping (a loaded model's
-np.memmap: copying would keep both copies resident) and weights already moved. A system without
-madvise/MADV_HUGEPAGE (or THP set to never) still gets the contiguous arena, on whatever pages the OS gives.
+the given order with 4 KiB between matrices. Memory: an owned array is freed once copied and the freed heap
+handed back every 32 MiB (malloc_trim); a view of an np.memmap has the whole pages of its old range
+dropped from the process (MADV_DONTNEED: packed codes are never written, so the pages, should anything
+read them again, fault back from the page cache with the file's bytes). The peak RSS stays within ~32 MiB
+of the weights. Left where they are: views of a raw mmap (an arena's own, or unknown) and weights already
+moved. Without madvise/MADV_HUGEPAGE (or with THP off) the arena is still one contiguous block.
 """
 from __future__ import annotations
 
@@ -23,14 +27,36 @@ HUGE = 2 << 20
 ALIGN = 4096
 
 
-def file_backed(a: np.ndarray) -> bool:
-    """True when `a`'s memory may come from a file mapping: an np.memmap or a raw mmap in its base chain."""
+def mapping_of(a: np.ndarray):
+    """The np.memmap or raw mmap.mmap at the root of `a`'s base chain, or None (heap memory)."""
     b = a
     while b is not None:
         if isinstance(b, (np.memmap, mmap.mmap)):
-            return True
+            return b
         b = b.base if isinstance(b, np.ndarray) else getattr(b, "obj", None)
-    return False
+    return None
+
+
+def file_backed(a: np.ndarray) -> bool:
+    """True when `a`'s memory may come from a file mapping: an np.memmap or a raw mmap in its base chain."""
+    return mapping_of(a) is not None
+
+
+def release_range(mm: np.memmap, a: np.ndarray) -> bool:
+    """MADV_DONTNEED on the whole pages of `a` (a view of the np.memmap `mm`); False where unsupported."""
+    m = getattr(mm, "_mmap", None)
+    if m is None or not hasattr(m, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    base = np.frombuffer(m, np.uint8).ctypes.data
+    start = a.ctypes.data
+    s, e = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, (start + a.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if e <= s:
+        return True
+    try:
+        m.madvise(mmap.MADV_DONTNEED, s - base, e - s)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def hugepage_buffer(nbytes: int) -> np.ndarray:
@@ -60,7 +86,7 @@ def codes_to_hugepages(weights) -> int:
     for w in weights:
         c = getattr(w, "codes", None)
         if (not isinstance(c, np.ndarray) or c.dtype != np.uint8 or c.ndim != 1 or id(w) in seen
-                or getattr(w, "_on_hugepages", False) or file_backed(c)):
+                or getattr(w, "_on_hugepages", False) or isinstance(mapping_of(c), mmap.mmap)):
             continue
         seen.add(id(w))
         todo.append(w)
@@ -72,6 +98,9 @@ def codes_to_hugepages(weights) -> int:
     for w, n in zip(todo, sizes):
         dst = arena[at:at + w.codes.nbytes]
         dst[:] = w.codes
+        mm = mapping_of(w.codes)
+        if mm is not None:  # an np.memmap view: drop its pages (the array itself stays valid)
+            release_range(mm, w.codes)
         w.codes = dst
         w._on_hugepages = True
         at += n
@@ -83,7 +112,7 @@ def codes_to_hugepages(weights) -> int:
     return at
 
 
-TRIM_EVERY = 256 << 20
+TRIM_EVERY = 32 << 20
 
 
 def release_freed_heap() -> None:
