@@ -57,7 +57,7 @@ def test_finetune_lowers_kd_loss_and_is_deterministic():
         student, teacher = TorchLlama(cfg, {**w, **packed}), TorchLlama(cfg, w)
         with torch.no_grad():
             before = float(kd_loss(student, teacher, probe))
-        losses = finetune(student, teacher, ids, steps=12, seq=48, lr=3e-3, seed=7, progress=False)
+        losses = finetune(student, teacher, ids, steps=12, seq=48, lr=3e-2, seed=7, progress=False)
         with torch.no_grad():
             after = float(kd_loss(student, teacher, probe))
         assert after < 0.9 * before, (before, after)
@@ -69,7 +69,7 @@ def test_finetune_lowers_kd_loss_and_is_deterministic():
         assert np.array_equal(p1[n].codes, packed[n].codes)  # codes frozen
     assert all(np.array_equal(n1[k], n2[k]) for k in n1)
     student = TorchLlama(cfg, {**w, **packed})
-    finetune(student, TorchLlama(cfg, w), ids, steps=12, seq=48, lr=3e-3, seed=8, progress=False)
+    finetune(student, TorchLlama(cfg, w), ids, steps=12, seq=48, lr=3e-2, seed=8, progress=False)
     other = {n: lin.packed() for n, lin in student.codebook_linears().items()}
     assert any(not np.array_equal(other[n].codebooks, p1[n].codebooks) for n in p1)  # the seed matters
 
