@@ -73,8 +73,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cb.add_argument("--beam", type=int, default=8,
                     help="beam width of the code search for m > 1 (AQLM; exact joint search when 2^(m*b) <= 256; default 8)")
     cb.add_argument("--calibration", metavar="TEXT", default=None,
-                    help="a text file: weight each input channel's error by its mean x^2 over the text (run through "
-                         "the source model in float32); use a different text from the one you evaluate on")
+                    help="a text file to calibrate on (use a different text from the one you evaluate on): by default "
+                         "error feedback with each linear's input Hessian, then a knowledge-distillation fine-tune (see "
+                         "below); with --no-error-feedback --finetune-steps 0, each input channel's error weighted by its "
+                         "mean x^2 over the text (run through the source model in float32)")
     cb.add_argument("--calibration-tokens", type=int, default=4096, metavar="N",
                     help="calibration tokens (default 4096)")
     cb.add_argument("--no-error-feedback", dest="error_feedback", action="store_false",
@@ -89,7 +91,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cb.add_argument("--finetune-steps", type=int, default=FINETUNE_STEPS, metavar="N",
                     help="with --calibration: steps of knowledge-distillation fine-tuning afterwards (codes frozen; "
                          "codebooks, scales and norms trained towards the source model's next-token distributions on "
-                         f"the calibration text; ~6 s a step on one core for SmolLM2-135M); 0: none (default {FINETUNE_STEPS})")
+                         f"the calibration text; SmolLM2-135M: ~20-30 s a step at 128 tokens measured on a loaded shared core, "
+                         f"~6 s at 256 estimated on a quiet one); 0: none (default {FINETUNE_STEPS})")
     cb.add_argument("--finetune-lr", type=float, default=1e-3,
                     help="Adam learning rate of the fine-tune, relative to each tensor's RMS (default 1e-3)")
     cb.add_argument("--finetune-seq", type=int, default=256, metavar="T",

@@ -11,9 +11,9 @@ one thread streaming the 2-bit GEMV from DRAM: 0.4-1.6 MB matrices x1.02-1.30 fa
 
 Each weight's ``codes`` becomes a view into one anonymous mapping (2 MiB aligned, MADV_HUGEPAGE), packed in
 the given order with 4 KiB between matrices. Memory: an owned array is freed once copied and the freed heap
-handed back every 256 MiB (malloc_trim); a view of an np.memmap has the whole pages of its old range
+handed back every 32 MiB (malloc_trim); a view of an np.memmap has the whole pages of its old range
 dropped from the process (MADV_DONTNEED: packed codes are never written, so the pages, should anything
-read them again, fault back from the page cache with the file's bytes). The peak RSS stays within ~256 MiB
+read them again, fault back from the page cache with the file's bytes). The peak RSS stays within ~32 MiB
 of the weights. Left where they are: views of a raw mmap (an arena's own, or unknown) and weights already
 moved. Without madvise/MADV_HUGEPAGE (or with THP off) the arena is still one contiguous block.
 """
@@ -112,7 +112,7 @@ def codes_to_hugepages(weights) -> int:
     return at
 
 
-TRIM_EVERY = 256 << 20
+TRIM_EVERY = 32 << 20
 
 
 def release_freed_heap() -> None:
