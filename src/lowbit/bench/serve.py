@@ -132,7 +132,8 @@ def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens
 
     Every request has its own random prompt (prompt_pool 0), so no level gains from the server's prefix
     re-use and each pays the same prefill per request; prompt_pool N > 0: the requests cycle through N
-    prompts (cached prefixes are then re-used). profile: the engine's step profile per level."""
+    prompts, each run once before the first level (cached prefixes are then re-used by every level).
+    profile: the engine's step profile per level, then the native step alone (step_ceiling)."""
     from lowbit.serve import Server
 
     if requests < 1 or prompt_tokens < 1 or gen_tokens < 1 or not clients or min(clients) < 1:
@@ -151,6 +152,8 @@ def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens
     levels = []
     with Server(llm, port=0, max_batch=batch, max_context=ctx, max_queue=max(clients) + 1, model_id=label) as srv:
         asyncio.run(_level(srv.url, 1, 1, random_prompts(rng, 1, prompt_tokens, ids), min(gen_tokens, 4), timeout))
+        if pool:  # every pool prompt cached before the first level, so no level pays its cold prefills
+            asyncio.run(_level(srv.url, min(len(pool), batch), len(pool), pool, 1, timeout))
         for c in clients:
             prompts = pool or random_prompts(rng, requests, prompt_tokens, ids)
             threads = {"http": srv.http_thread_id, "clients": threading.get_native_id()}
