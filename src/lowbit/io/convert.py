@@ -165,7 +165,11 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
             raise ValueError(f"calibration applies to the codebook format, not {format!r}")
         text = pathlib.Path(calibration).read_text(encoding="utf-8", errors="replace")
         if error_feedback or finetune_steps:
-            from lowbit.io.codebook_tune import tune_model
+            try:
+                from lowbit.io.codebook_tune import tune_model
+            except ImportError as e:
+                raise RuntimeError(f"codebook error feedback and fine-tuning need torch and scipy ({e}): "
+                                   "pip install 'lowbit[tune]', or pass --no-error-feedback --finetune-steps 0") from e
 
             done = tune_model(ckpt, text, calibration_tokens, format_options, error_feedback, damp, finetune_steps,
                               finetune_options or {}, lm_head_format, progress)
