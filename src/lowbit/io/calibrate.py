@@ -29,16 +29,23 @@ class _Recorder(F32Weight):
         return super()._matmul(acts)
 
 
-def activation_stats(ckpt, text: str, tokens: int = 4096, ctx: int = 512, progress=None) -> dict[str, np.ndarray]:
-    """HF weight name of each decoder linear -> mean x^2 per input channel over about `tokens` tokens."""
-    from lowbit.model import Model
-
+def calibration_ids(ckpt, text: str, tokens: int) -> list[int]:
+    """The first `tokens` token ids of the calibration text, by the source's own tokenizer."""
     tok = ckpt.tokenizer()
     if tok is None:
         raise ValueError("calibration needs the source's tokenizer")
     ids = [int(i) for i in tok.encode(text, add_bos=False)][:tokens]
     if len(ids) < 2:
         raise ValueError("the calibration text is too short (needs at least 2 tokens)")
+    return ids
+
+
+def activation_stats(ckpt, text: str, tokens: int = 4096, ctx: int = 512, progress=None) -> dict[str, np.ndarray]:
+    """HF weight name of each decoder linear -> mean x^2 per input channel over about `tokens` tokens."""
+    from lowbit.model import Model
+
+    tok = ckpt.tokenizer()
+    ids = calibration_ids(ckpt, text, tokens)
     weights, recorders = {}, {}
     for name in ckpt.tensor_names():
         value = ckpt.load(name)

@@ -146,17 +146,13 @@ def tune_model(ckpt, text: str, tokens: int, options: dict, error_feedback: bool
     """convert()'s codebook path with the whole model in memory: HF name -> CodebookWeight for every decoder
     linear (with error feedback, or calibrated by the diagonal statistics) and, after `steps` of fine-tuning,
     the fine-tuned float32 norm weights too."""
+    from lowbit.io.calibrate import calibration_ids
     from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear
     from lowbit.io.torch_llama import check_llama, dense
 
     config = dict(ckpt.config)
     check_llama(config)
-    tok = ckpt.tokenizer()
-    if tok is None:
-        raise ValueError("calibration needs the source's tokenizer")
-    ids = [int(i) for i in tok.encode(text, add_bos=False)][:tokens]
-    if len(ids) < 2:
-        raise ValueError("the calibration text is too short (needs at least 2 tokens)")
+    ids = calibration_ids(ckpt, text, tokens)
     weights = {name: dense(ckpt.load(name)) for name in ckpt.tensor_names()}
     if error_feedback:
         out = quantize_sequential(config, weights, ids, options, damp=damp, progress=progress)
