@@ -98,7 +98,11 @@ def load_from_args(args, quiet: bool = False):
 
     path = args.model or default_model()
     if not quiet:
-        print(f"lowbit: loading {path} ({args.format})", file=sys.stderr, flush=True)
+        from lowbit.io.modeldir import is_lowbit_dir
+
+        # a lowbit model dir keeps the format it was converted to; --format applies to sources only
+        what = "" if is_lowbit_dir(path) else f" ({args.format})"
+        print(f"lowbit: loading {path}{what}", file=sys.stderr, flush=True)
     return load(path, format=args.format, group_size=args.group_size, threads=getattr(args, "threads", None),
                 lm_head_format=getattr(args, "lm_head_format", None), embed_format=getattr(args, "embed_format", None),
                 max_context=getattr(args, "max_context", None), progress=not quiet,
