@@ -1,6 +1,5 @@
 """io.codebook_tune / io.torch_llama: the torch Llama equals lowbit's, the KD fine-tune lowers its loss and is
 deterministic under a seed, convert(error_feedback=..., finetune_steps=...) round-trips through the format."""
-import hashlib
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from lowbit.io.convert import convert  # noqa: E402
 from lowbit.io.torch_llama import TorchLlama  # noqa: E402
 from lowbit.model import Model  # noqa: E402
 
-from .tiny import random_weights, tiny_config, write_hf  # noqa: E402
+from .tiny import random_weights, safetensors_digest, tiny_config, write_hf  # noqa: E402
 
 TEXT = ("The licenses for most software are designed to take away your freedom to share and change it. "
         "By contrast, the hello world license is intended to guarantee your freedom to share. ") * 6
@@ -74,10 +73,6 @@ def test_finetune_lowers_kd_loss_and_is_deterministic():
     assert any(not np.array_equal(other[n].codebooks, p1[n].codebooks) for n in p1)  # the seed matters
 
 
-def digest(d):
-    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(d.iterdir()) if f.suffix == ".safetensors"}
-
-
 def test_convert_with_error_feedback_and_finetune_round_trips(tmp_path):
     cfg = tiny_config()
     w = random_weights(cfg)
@@ -89,7 +84,7 @@ def test_convert_with_error_feedback_and_finetune_round_trips(tmp_path):
               error_feedback=True, finetune_steps=3, finetune_options={"seq": 32, "lr": 1e-3})
     a = convert(src, tmp_path / "a", **kw)
     b = convert(src, tmp_path / "b", **kw)
-    assert digest(a) == digest(b)
+    assert safetensors_digest(a) == safetensors_digest(b)
     ck = open_checkpoint(a)
     assert ck.lowbit["error_feedback"] == {"damp": 0.01} and ck.lowbit["finetune"]["steps"] == 3
     name = "model.layers.1.mlp.down_proj.weight"

@@ -1,5 +1,4 @@
 """convert --format codebook: deterministic bytes, the options stored, loads and runs, the CLI flags."""
-import hashlib
 
 import numpy as np
 
@@ -9,11 +8,7 @@ from lowbit.formats.codebook import CodebookWeight
 from lowbit.io.checkpoint import open_checkpoint
 from lowbit.io.convert import convert
 
-from .tiny import random_weights, tiny_config, write_hf
-
-
-def digest(d):
-    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(d.iterdir()) if f.suffix == ".safetensors"}
+from .tiny import random_weights, safetensors_digest, tiny_config, write_hf
 
 
 def test_conversion_is_deterministic_and_loads(tmp_path):
@@ -23,7 +18,7 @@ def test_conversion_is_deterministic_and_loads(tmp_path):
     opts = {"m": 2, "v": 8, "b": 6, "g": 32, "iters": 2, "seed": 5}
     a = convert(src, tmp_path / "a", format="codebook", format_options=opts, progress=False)
     b = convert(src, tmp_path / "b", format="codebook-m2v8b6g32", format_options={"iters": 2, "seed": 5}, progress=False)
-    assert digest(a) == digest(b) and digest(a)
+    assert safetensors_digest(a) == safetensors_digest(b) and safetensors_digest(a)
     ck = open_checkpoint(a)
     assert ck.lowbit["format"] == "codebook" and ck.lowbit["format_options"]["m"] == 2
     name = "model.layers.0.mlp.down_proj.weight"  # K = 96

@@ -2,6 +2,7 @@
 BitNet-packed ternary), GGUF (F32/F16/Q8_0/Q4_0/TQ1_0/TQ2_0), with a small byte-level BPE tokenizer."""
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 
@@ -13,6 +14,11 @@ from lowbit.io.checkpoint import canonical_names, expected_shape, is_linear, nor
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
           "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def safetensors_digest(d: pathlib.Path) -> dict[str, str]:
+    """sha256 of every .safetensors file in a model dir, by name: equal digests = byte-identical conversions."""
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(d.iterdir()) if f.suffix == ".safetensors"}
 
 
 def tiny_config(**over) -> dict:
