@@ -83,17 +83,21 @@ class BatchDecoder:
         with self._on_slot(slot):
             return m.prefill_python(ids)
 
+    def _check_slots(self, slots: list[int], counts: list[int]) -> None:
+        """One step's slots: each at most once, inside the cache, with room for its count of new tokens."""
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"a slot appears twice in one step: {slots}")
+        for s, n in zip(slots, counts):
+            if not 0 <= s < self.n_slots:
+                raise ValueError(f"slot {s} is outside the cache's {self.n_slots} slots")
+            self.cache.slot(s).check_room(n)
+
     def _positions(self, tokens, slots) -> tuple[list[int], list[int], np.ndarray]:
         tokens = [int(t) for t in tokens]
         slots = [int(s) for s in slots]
         if len(tokens) != len(slots) or not tokens:
             raise ValueError(f"decode takes one token per slot (got {len(tokens)} tokens, {len(slots)} slots)")
-        if len(set(slots)) != len(slots):
-            raise ValueError(f"a slot appears twice in one decode step: {slots}")
-        for s in slots:
-            if not 0 <= s < self.n_slots:
-                raise ValueError(f"slot {s} is outside the cache's {self.n_slots} slots")
-            self.cache.slot(s).check_room(1)
+        self._check_slots(slots, [1] * len(slots))
         pos = np.array([self.cache.slot(s).length for s in slots], np.int64)
         return tokens, slots, pos
 
@@ -127,15 +131,10 @@ class BatchDecoder:
         items = [(int(s), [int(i) for i in ids], bool(w)) for s, ids, w in items]
         if not items:
             raise ValueError("a step needs at least one item")
-        slots = [s for s, _, _ in items]
-        if len(set(slots)) != len(slots):
-            raise ValueError(f"a slot appears twice in one step: {slots}")
         for s, ids, _ in items:
-            if not 0 <= s < self.n_slots:
-                raise ValueError(f"slot {s} is outside the cache's {self.n_slots} slots")
             if not ids:
                 raise ValueError(f"slot {s}: a step item needs at least one token")
-            self.cache.slot(s).check_room(len(ids))
+        self._check_slots([s for s, _, _ in items], [len(ids) for _, ids, _ in items])
         n_logits = sum(w for _, _, w in items)
         if self._native is None:  # the numpy reference: decode rows batched, prompt chunks one by one
             dec = [i for i, (_, ids, w) in enumerate(items) if w and len(ids) == 1]
