@@ -238,3 +238,25 @@ def test_lut4_error_falls_as_bits_rise_and_kernel_follows(rng):
         assert np.sqrt(np.mean((pw.matmul(x) - ref) ** 2)) < 0.02 * np.sqrt(np.mean(ref ** 2))
     assert errs[0] > errs[1] > errs[2], errs
     assert errs[1] < 0.15, errs
+
+
+@pytest.mark.parametrize("m,v,g", [(4, 8, 128), (2, 4, 128), (3, 4, 12)])
+def test_lut4_outlier_activations_get_finer_tables(isa, rng, m, v, g):
+    # a few input channels 100x the others (as in LLM activations): with one int8 scale per group, every other
+    # segment of those groups would be quantized on the outliers' step; the per-pair scales keep them fine
+    pw = random_parts(rng, m, v, 4, g, 40, 256)
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    x[:, [3, 130, 200]] *= 100.0
+    ref = x.astype(np.float64) @ pw.dequantize().astype(np.float64).T
+    y = pw.matmul_kernel(x, True)
+    emu, bound, slack = lut4_reference(pw, x)
+    float_tol = 2e-5 * (np.abs(x.astype(np.float64)) @ np.abs(pw.dequantize().astype(np.float64)).T) + 1e-6
+    assert np.all(np.abs(y - emu) <= slack + float_tol), f"{isa}: {np.abs(y - emu).max()}"
+    assert np.all(np.abs(y - ref) <= bound + float_tol)
+    single = 0.0  # the single-scale bound: P/2 quanta of max|T|/127 per group
+    xp = pw.padded_input(x)
+    for grp in range(pw.ngroups):
+        xs = xp[:, grp * pw.group:(grp + 1) * pw.group].reshape(3, -1, v)
+        T = np.einsum("icv,nsv->nsic", pw._cb, xs)
+        single = single + np.abs(pw.scales()[None, :, grp]) * T[0].size / 16 * np.abs(T).reshape(3, -1).max(axis=1)[:, None] / 127 / 2
+    assert bound.mean() < 0.5 * single.mean()

@@ -99,17 +99,18 @@ struct Lut4Scratch {
   uint32_t* mult;
   float *d, *tf, *mxq, *invq;
   int64_t ppf;
+  // mults and mxq/invq padded by 8 pairs: the AVX2 scales work on 8 pairs at a time
   Lut4Scratch(float* s, int64_t N, int64_t ppf_) : ppf(ppf_) {
     tab = reinterpret_cast<int8_t*>(s);
     mult = reinterpret_cast<uint32_t*>(s + N * ppf * 4);
-    d = s + N * ppf * 4 + N * ppf / 2;
+    d = s + N * ppf * 4 + N * (ppf / 2 + 4);
     tf = d + N;
     mxq = tf + ppf * 16;
-    invq = mxq + ppf;
+    invq = mxq + ppf + 8;
   }
-  static int64_t floats(int64_t N, int64_t ppf) { return N * ppf * 4 + N * ppf / 2 + N + ppf * 18; }
+  static int64_t floats(int64_t N, int64_t ppf) { return N * ppf * 4 + N * (ppf / 2 + 4) + N + ppf * 18 + 16; }
   int8_t* tabs(int64_t n) const { return tab + n * ppf * 16; }
-  uint32_t* mults(int64_t n) const { return mult + n * ppf / 2; }
+  uint32_t* mults(int64_t n) const { return mult + n * (ppf / 2 + 4); }
 };
 // one token's int8 tables of group grp: Tq [pairs_padded(grp)][16] and multipliers, returns d (the scalar build)
 float codebook_lut4_tables_scalar(const CodebookWeights& w, const float* xg, int64_t grp, Lut4Scratch& sb, int8_t* Tq,

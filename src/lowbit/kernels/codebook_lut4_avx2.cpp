@@ -48,6 +48,42 @@ __m256 float_tables_lut4(const CodebookWeights& w, const float* xg, int64_t S, f
   return amax;
 }
 
+// codebook_lut4_scales (codebook_scalar.cpp) on 8 pairs at a time, bit for bit the same: mxq [P] (read up to
+// Pp rounded up to 8, zeroed here past P) -> invq, mult; returns E.
+int lut4_scales_avx2(float* mxq, int64_t P, int64_t Pp, float mx, float* invq, uint32_t* mult) {
+  const int64_t P8 = (Pp + 7) & ~int64_t(7);
+  for (int64_t q = P; q < P8; ++q) mxq[q] = 0.f;
+  const float inv0 = mx > 0.f ? 127.f / mx : 0.f;
+  const __m256 vinv0 = _mm256_set1_ps(inv0), vmx = _mm256_set1_ps(mx);
+  int64_t A = 0, W = 0;
+  for (int64_t q0 = 0; q0 < Pp; q0 += 256) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int64_t q = q0; q < std::min(P8, q0 + 256); q += 8)
+      acc = _mm256_add_epi32(acc, _mm256_cvttps_epi32(_mm256_ceil_ps(_mm256_mul_ps(_mm256_loadu_ps(mxq + q), vinv0))));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    A = std::max<int64_t>(A, _mm_cvtsi128_si32(h));
+    W = std::max(W, std::min(Pp, q0 + 256) - q0);
+  }
+  int E = 7;
+  while (E > 0 && (int64_t(2) * A + W) << E > 65534) --E;
+  const __m256i vE = _mm256_set1_epi32(E), one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(127);
+  const __m256i evens = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  for (int64_t q = 0; q < P8; q += 8) {
+    // floor(log2(mx / mx_q)) from the quotient's exponent field (inf, NaN: 128); zero tables: E
+    const __m256 quot = _mm256_div_ps(vmx, _mm256_loadu_ps(mxq + q));
+    const __m256i f = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(quot), 23), bias);
+    const __m256i e = _mm256_min_epi32(f, vE);
+    _mm256_storeu_ps(invq + q, _mm256_mul_ps(vinv0, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, bias), 23))));
+    const __m256i mu = _mm256_sllv_epi32(one, _mm256_sub_epi32(vE, e));      // 8 multipliers (<= 128)
+    __m256i x = _mm256_or_si256(mu, _mm256_srli_epi64(mu, 24));                // low dword: m_2p | m_2p+1 << 8
+    x = _mm256_or_si256(x, _mm256_slli_epi32(x, 16));
+    _mm_storeu_si128((__m128i*)(mult + q / 2), _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(x, evens)));
+  }
+  return E;
+}
+
 // One token's tables of group grp (codebook.h "b == 4"): Tq [Pp][16] int8 (the pad pair zero), mult [Pp/2]
 // the vpmaddubsw multipliers of each code vector; returns d, the int16 accumulator's unit.
 float build_tables_lut4(const CodebookWeights& w, const float* xg, int64_t grp, float* tf, float* mxq, float* invq,
@@ -60,7 +96,7 @@ float build_tables_lut4(const CodebookWeights& w, const float* xg, int64_t grp, 
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
   const float mx = _mm_cvtss_f32(h);
-  const int E = codebook_lut4_scales(mxq, P, Pp, mx, invq, mult);
+  const int E = lut4_scales_avx2(mxq, P, Pp, mx, invq, mult);
   for (int64_t q = 0; q < P; ++q) {
     const __m256 inv = _mm256_set1_ps(invq[q]);
     const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(tf + q * 16), inv));
