@@ -113,3 +113,66 @@ def test_cli_flags_and_errors(tmp_path):
         convert(write_hf(tmp_path / "q", tiny_config(model_type="qwen2"), random_weights(tiny_config(model_type="qwen2")),
                          dtype="f32"), tmp_path / "y", format="codebook", calibration=text, error_feedback=True,
                 progress=False)
+
+
+def test_lr_factor_warmup_then_cosine():
+    from lowbit.io.codebook_tune import lr_factor
+
+    f = [lr_factor(i, 20, 4, "cosine") for i in range(20)]
+    assert f[:4] == [0.2, 0.4, 0.6, 0.8] and f[4] == 1.0
+    assert all(a > b for a, b in zip(f[4:], f[5:])) and f[-1] < 0.01
+    assert [lr_factor(i, 20, 2, "constant") for i in (0, 1, 2, 19)] == [1 / 3, 2 / 3, 1.0, 1.0]
+
+
+def test_finetune_with_teacher_samples_is_deterministic_and_checks_options():
+    from lowbit.io.codebook_tune import run_finetune
+    from lowbit.io.kd_data import teacher_samples
+
+    cfg, w, packed = quantized_pair()
+    rng = np.random.default_rng(1)
+    ids = [int(i) for i in rng.integers(3, cfg["vocab_size"], size=120)]
+    tok = type("Tok", (), {"eos_ids": {2}})()  # teacher_samples only asks the tokenizer for its EOS ids
+    s1 = teacher_samples(cfg, w, tok, ids, tokens=90, length=30, seed=5, progress=False)
+    s2 = teacher_samples(cfg, w, tok, ids, tokens=90, length=30, seed=5, progress=False)
+    assert s1 == s2 and 60 <= sum(len(s) for s in s1) <= 90 + 8 * len(s1)
+    assert all(2 not in s[8:] for s in s1)  # EOS ends a sample and is dropped
+    assert all(any(s[:8] == ids[i:i + 8] for i in range(len(ids) - 7)) for s in s1)  # prompts cut from ids
+    assert teacher_samples(cfg, w, tok, ids, tokens=90, length=30, seed=6, progress=False) != s1
+    runs = []
+    for _ in range(2):
+        student = TorchLlama(cfg, {**w, **packed})
+        opts = {"seq": 32, "lr": 3e-2, "seed": 2, "schedule": "cosine", "warmup": 2, "teacher_tokens": 60,
+                "teacher_len": 20, "extra_frac": 0.5}
+        runs.append(run_finetune(student, cfg, w, tok, ids, 6, opts, progress=False))
+    assert runs[0] == runs[1] and len(runs[0]) == 6
+    student = TorchLlama(cfg, {**w, **packed})
+    with pytest.raises(ValueError, match="schedule"):
+        finetune(student, TorchLlama(cfg, w), ids, 2, schedule="linear", progress=False)
+    with pytest.raises(ValueError, match="extra"):
+        finetune(student, TorchLlama(cfg, w), ids, 2, extra_frac=0.5, progress=False)
+
+
+def test_finetune_dir_keeps_codes_and_other_tensors(tmp_path):
+    from lowbit.io.codebook_tune import finetune_dir
+
+    cfg = tiny_config()
+    w = random_weights(cfg)
+    src = write_hf(tmp_path / "src", cfg, w, dtype="f32")
+    text = tmp_path / "calib.txt"
+    text.write_text(TEXT)
+    first = convert(src, tmp_path / "ef", format="codebook", format_options={"m": 1, "v": 4, "b": 3, "g": 32, "iters": 1},
+                    calibration=text, calibration_tokens=300, progress=False, error_feedback=True, finetune_steps=0)
+    losses = finetune_dir(first, src, tmp_path / "ft", TEXT, 300, 4,
+                          {"seq": 32, "lr": 3e-2, "schedule": "cosine", "warmup": 1, "teacher_tokens": 40,
+                           "teacher_len": 16, "extra_frac": 0.5}, progress=False)
+    assert len(losses) == 4
+    a, b = open_checkpoint(first), open_checkpoint(tmp_path / "ft")
+    assert b.lowbit["finetune_again"]["steps"] == 4 and a.tensor_names() == b.tensor_names()
+    name = "model.layers.1.self_attn.o_proj.weight"
+    pa, pb = a.load(name), b.load(name)
+    assert np.array_equal(pa.codes, pb.codes) and not np.array_equal(pa.codebooks, pb.codebooks)
+    assert np.array_equal(np.asarray(a.load("lm_head.weight").dequantize()), np.asarray(b.load("lm_head.weight").dequantize()))
+    assert load(tmp_path / "ft").logits([1, 2, 3]).shape == (3, cfg["vocab_size"])
+    with pytest.raises(ValueError, match="no codebook"):
+        finetune_dir(convert(src, tmp_path / "i4", format="int4", progress=False), src, tmp_path / "x", TEXT, 300, 1, {},
+                     progress=False)

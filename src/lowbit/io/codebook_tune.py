@@ -102,14 +102,47 @@ def kd_loss(student: TorchLlama, teacher: TorchLlama, batch: torch.Tensor) -> to
     return (t.exp() * (t - s)).sum(-1).mean()
 
 
+def lr_factor(step: int, steps: int, warmup: int, schedule: str) -> float:
+    """The learning rate's multiplier at `step` (0-based) of `steps`: linear warm-up over `warmup` steps, then
+    constant or a cosine down to 0 at the last step."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if schedule == "constant":
+        return 1.0
+    span = max(steps - warmup, 1)
+    return 0.5 * (1.0 + np.cos(np.pi * (step - warmup) / span))
+
+
+def window(data: torch.Tensor, more: list[torch.Tensor], seq: int, extra_frac: float,
+           gen: torch.Generator) -> torch.Tensor:
+    """One training window [<= seq]: from a random one of `more` with probability extra_frac, else from data."""
+    src = data
+    if float(torch.rand((), generator=gen)) < extra_frac:
+        src = more[int(torch.randint(0, len(more), (), generator=gen))]
+    n = min(seq, len(src))
+    s = int(torch.randint(0, len(src) - n + 1, (), generator=gen))
+    return src[s:s + n]
+
+
 def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: int, seq: int = 256, batch: int = 1,
-             lr: float = 1e-3, seed: int = 0, progress: bool = True) -> list[float]:
+             lr: float = 1e-3, seed: int = 0, progress: bool = True, schedule: str = "constant", warmup: int = 0,
+             extra: list[list[int]] | None = None, extra_frac: float = 0.0) -> list[float]:
     """Trains student's codebooks, scales and norms towards teacher on windows of ids; returns the KD loss of
-    each step (before its update). lr is relative: each tensor's Adam step size is lr times its RMS."""
+    each step (before its update). lr is relative: each tensor's Adam step size is lr times its RMS, times
+    lr_factor(schedule, warmup). extra: more token sequences (e.g. kd_data.teacher_samples); each window comes from
+    one of them with probability extra_frac (a seeded draw per step), else from ids."""
     from tqdm.auto import tqdm
 
-    if steps < 0 or seq < 2 or batch < 1:
-        raise ValueError(f"finetune needs steps >= 0, seq >= 2, batch >= 1 (got {steps}, {seq}, {batch})")
+    if steps < 0 or seq < 2 or batch < 1 or warmup < 0:
+        raise ValueError(f"finetune needs steps >= 0, seq >= 2, batch >= 1, warmup >= 0 (got {steps}, {seq}, {batch}, "
+                         f"{warmup})")
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"unknown fine-tune schedule {schedule!r}; choose constant or cosine")
+    if not 0.0 <= extra_frac <= 1.0:
+        raise ValueError(f"extra_frac must be in [0, 1], got {extra_frac}")
+    extra = [e for e in (extra or []) if len(e) >= 2]
+    if extra_frac and not extra:
+        raise ValueError("extra_frac > 0 needs extra sequences of at least 2 tokens")
     seq = min(seq, len(ids))
     if seq < 2:
         raise ValueError("the calibration text is too short to fine-tune on (needs at least 2 tokens)")
@@ -121,16 +154,23 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
     for p in params:
         p.requires_grad_(True)
     # one group per tensor, its step size relative to the tensor's RMS (scales ~1e-2, codebooks and norms ~1)
-    opt = torch.optim.Adam([{"params": [p], "lr": lr * max(float(p.detach().pow(2).mean().sqrt()), 1e-8)}
-                            for p in params])
+    base = [lr * max(float(p.detach().pow(2).mean().sqrt()), 1e-8) for p in params]
+    opt = torch.optim.Adam([{"params": [p], "lr": b} for p, b in zip(params, base)])
     gen = torch.Generator().manual_seed(int(seed))
     data = torch.tensor(ids, dtype=torch.long)
+    more = [torch.tensor(e, dtype=torch.long) for e in extra]
     losses = []
     bar = tqdm(range(steps), desc="codebook fine-tune (KD)", unit="step", disable=not progress)
-    for _ in bar:
-        starts = torch.randint(0, len(ids) - seq + 1, (batch,), generator=gen)
-        x = torch.stack([data[s:s + seq] for s in starts.tolist()])
-        loss = kd_loss(student, teacher, x)
+    for step in bar:
+        f = lr_factor(step, steps, warmup, schedule)
+        for group, b in zip(opt.param_groups, base):
+            group["lr"] = b * f
+        if not extra_frac:  # the windows of the calibration text alone (as before extra data existed)
+            starts = torch.randint(0, len(ids) - seq + 1, (batch,), generator=gen)
+            loss = kd_loss(student, teacher, torch.stack([data[s:s + seq] for s in starts.tolist()]))
+        else:
+            rows = [window(data, more, seq, extra_frac, gen) for _ in range(batch)]
+            loss = sum(kd_loss(student, teacher, r[None]) * r.numel() for r in rows) / sum(r.numel() for r in rows)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -167,9 +207,65 @@ def tune_model(ckpt, text: str, tokens: int, options: dict, error_feedback: bool
 
         head = pack(weights.get(LM_HEAD, weights[EMBED]), lm_head_format).dequantize()
         student = TorchLlama(config, {**weights, **out}, lm_head=head)
-        teacher = TorchLlama(config, weights)
-        opts = {"seed": options.get("seed", 0), **finetune_options}
-        finetune(student, teacher, ids, steps, progress=progress, **opts)
+        run_finetune(student, config, weights, ckpt.tokenizer(), ids, steps,
+                     {"seed": options.get("seed", 0), **finetune_options}, progress)
         out = {name: lin.packed() for name, lin in student.codebook_linears().items()}
         out.update(student.norms())
     return out
+
+
+def run_finetune(student: TorchLlama, config: dict, weights: dict, tokenizer, ids: list[int], steps: int,
+                 finetune_options: dict, progress: bool = True) -> list[float]:
+    """finetune() of student towards the float model `weights` on the calibration tokens ids, plus
+    finetune_options["teacher_tokens"] tokens sampled from the teacher (kd_data.teacher_samples, sequences of
+    "teacher_len" tokens) drawn with probability "extra_frac" per window; the other options go to finetune."""
+    from lowbit.io.kd_data import teacher_samples
+
+    opts = dict(finetune_options)
+    n_extra, length = int(opts.pop("teacher_tokens", 0)), int(opts.pop("teacher_len", 128))
+    extra = []
+    if n_extra and steps:
+        extra = teacher_samples(config, weights, tokenizer, ids, n_extra, length=length, seed=opts.get("seed", 0),
+                                progress=progress)
+    if not extra:
+        opts["extra_frac"] = 0.0
+    teacher = TorchLlama(config, weights)
+    return finetune(student, teacher, ids, steps, progress=progress, extra=extra, **opts)
+
+
+def finetune_dir(model_dir, source, out, text: str, tokens: int, steps: int, finetune_options: dict,
+                 progress: bool = True, overwrite: bool = False):
+    """Fine-tunes an existing codebook model directory again (its codes kept) towards its float source and writes
+    the result to out: every other tensor is copied as it is. For experiments: a fine-tune without redoing the
+    error feedback (convert() with finetune_steps=0 first)."""
+    from lowbit.io.calibrate import calibration_ids
+    from lowbit.io.checkpoint import LM_HEAD, open_checkpoint
+    from lowbit.io.modeldir import LowbitCheckpoint, ModelDirWriter
+    from lowbit.io.torch_llama import check_llama, dense
+
+    ck = LowbitCheckpoint(model_dir)
+    src = open_checkpoint(source)
+    config = dict(src.config)
+    check_llama(config)
+    names = ck.tensor_names()
+    mine = {name: ck.load(name) for name in names}
+    if not any(isinstance(v, CodebookWeight) for v in mine.values()):
+        raise ValueError(f"{model_dir}: no codebook weights to fine-tune")
+    ids = calibration_ids(src, text, tokens)
+    weights = {name: dense(src.load(name)) for name in src.tensor_names()}
+    student = TorchLlama(config, {**weights, **{n: v for n, v in mine.items() if isinstance(v, CodebookWeight)},
+                                  **{n: dense(v) for n, v in mine.items() if "norm" in n}},
+                         lm_head=dense(mine[LM_HEAD]))
+    losses = run_finetune(student, config, weights, src.tokenizer(), ids, steps, finetune_options, progress)
+    del weights
+    done = {name: lin.packed() for name, lin in student.codebook_linears().items()}
+    done.update(student.norms())
+    meta = dict(ck.lowbit)
+    meta.pop("tensors", None)
+    meta.pop("version", None)
+    meta["finetune_again"] = {"from": str(model_dir), "steps": steps, **finetune_options}
+    with ModelDirWriter(out, overwrite=overwrite) as writer:
+        for name in names:
+            writer.add(name, done.get(name, mine[name]))
+        writer.finish({k: v for k, v in ck.config.items()}, ck.tokenizer(), meta)
+    return losses
