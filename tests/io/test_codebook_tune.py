@@ -125,7 +125,7 @@ def test_lr_factor_warmup_then_cosine():
 
 
 def test_finetune_with_teacher_samples_is_deterministic_and_checks_options():
-    from lowbit.io.codebook_tune import run_finetune
+    from lowbit.io.codebook_tune import tune
     from lowbit.io.kd_data import teacher_samples
 
     cfg, w, packed = quantized_pair()
@@ -139,12 +139,13 @@ def test_finetune_with_teacher_samples_is_deterministic_and_checks_options():
     assert all(any(s[:8] == ids[i:i + 8] for i in range(len(ids) - 7)) for s in s1)  # prompts cut from ids
     assert teacher_samples(cfg, w, tok, ids, tokens=90, length=30, seed=6, progress=False) != s1
     runs = []
+    opts = {"seq": 32, "lr": 3e-2, "seed": 2, "schedule": "cosine", "warmup": 2, "teacher_tokens": 60,
+            "teacher_len": 20, "extra_frac": 0.5}
     for _ in range(2):
-        student = TorchLlama(cfg, {**w, **packed})
-        opts = {"seq": 32, "lr": 3e-2, "seed": 2, "schedule": "cosine", "warmup": 2, "teacher_tokens": 60,
-                "teacher_len": 20, "extra_frac": 0.5}
-        runs.append(run_finetune(student, cfg, w, tok, ids, 6, opts, progress=False))
-    assert runs[0] == runs[1] and len(runs[0]) == 6
+        runs.append(tune(cfg, w, tok, ids, packed, w["lm_head.weight"], 6, opts, progress=False))
+    (t1, l1), (t2, l2) = runs
+    assert l1 == l2 and len(l1) == 6 and all(np.array_equal(t1[n].codebooks, t2[n].codebooks) for n in packed)
+    assert set(t1) == set(packed) | {n for n in w if "norm" in n}
     student = TorchLlama(cfg, {**w, **packed})
     with pytest.raises(ValueError, match="schedule"):
         finetune(student, TorchLlama(cfg, w), ids, 2, schedule="linear", progress=False)
@@ -176,3 +177,28 @@ def test_finetune_dir_keeps_codes_and_other_tensors(tmp_path):
     with pytest.raises(ValueError, match="no codebook"):
         finetune_dir(convert(src, tmp_path / "i4", format="int4", progress=False), src, tmp_path / "x", TEXT, 300, 1, {},
                      progress=False)
+
+
+def test_rechoose_codes_replaces_bad_codes_and_keeps_good_ones():
+    from lowbit.io.codebook_tune import rechoose_codes
+
+    cfg, w, packed = quantized_pair()
+    rng = np.random.default_rng(3)
+    ids = [int(i) for i in rng.integers(3, cfg["vocab_size"], size=150)]
+    bad = {}
+    for n, pw in packed.items():  # the same codebooks and scales, random codes
+        codes = rng.integers(0, 2 ** pw.b, size=pw.unpacked_codes().shape).astype(np.uint8)
+        bad[n] = CodebookWeight.from_parts(codes, pw.scales(), pw.codebooks, pw.group, k=pw.shape[1], **pw.meta_extra)
+    norms = {n: v * 1.1 for n, v in w.items() if "layernorm" in n}  # "fine-tuned" norms: targets rescaled
+    new, changed = rechoose_codes(cfg, w, {**bad, **norms}, ids, progress=False)
+    assert changed == len(packed) and set(new) == set(packed)
+    for n in packed:
+        assert np.array_equal(new[n].codebooks, bad[n].codebooks) and np.array_equal(new[n].scale, bad[n].scale)
+    probe = torch.tensor([ids[:64]])
+    teacher = TorchLlama(cfg, w)
+    with torch.no_grad():
+        kl_bad = float(kd_loss(TorchLlama(cfg, {**w, **bad, **norms}), teacher, probe))
+        kl_new = float(kd_loss(TorchLlama(cfg, {**w, **new, **norms}), teacher, probe))
+    assert kl_new < 0.5 * kl_bad, (kl_bad, kl_new)
+    again, changed = rechoose_codes(cfg, w, {**new, **norms}, ids, progress=False)
+    assert changed == 0 and all(np.array_equal(again[n].codes, new[n].codes) for n in new)  # nothing better found

@@ -43,10 +43,16 @@ def hessian(xs: list[torch.Tensor]) -> np.ndarray:
 
 
 def quantize_sequential(config: dict, weights: dict, ids: list[int], options: dict, ctx: int = CTX,
-                        damp: float = 0.01, progress: bool = True) -> dict[str, CodebookWeight]:
+                        damp: float = 0.01, progress: bool = True, quantize_one=None,
+                        desc: str = "codebook error feedback") -> dict[str, CodebookWeight]:
     """Every decoder linear -> CodebookWeight (options: m, v, b, g, seed, iters, beam), with error feedback on
-    the calibration tokens ids run through the partly quantized model."""
+    the calibration tokens ids run through the partly quantized model. quantize_one(name, w [M, K], H [K, K])
+    -> CodebookWeight replaces CodebookWeight.quantize(w, **options, hessian=H, damp=damp)."""
     from tqdm.auto import tqdm
+
+    if quantize_one is None:
+        def quantize_one(name, w, h):
+            return CodebookWeight.quantize(w, **options, hessian=h, damp=damp)
 
     net = TorchLlama(config, weights)
     wins = windows(ids, ctx)
@@ -54,14 +60,14 @@ def quantize_sequential(config: dict, weights: dict, ids: list[int], options: di
         raise ValueError("the calibration text is too short (needs at least 2 tokens)")
     tables = {w.shape[1]: net.rope_tables(w.shape[1]) for w in wins}
     out = {}
-    bar = tqdm(total=len(net.blocks) * len(LINEARS), desc="codebook error feedback", unit="linear", disable=not progress)
+    bar = tqdm(total=len(net.blocks) * len(LINEARS), desc=desc, unit="linear", disable=not progress)
 
     def quant(i, blk, names, xs):
         h = hessian(xs)
         for n in names:
             name = f"model.layers.{i}.{n}.weight"
             bar.set_postfix_str(name, refresh=False)
-            pw = CodebookWeight.quantize(blk[n].w.numpy(), **options, hessian=h, damp=damp)
+            pw = quantize_one(name, blk[n].w.numpy(), h)
             out[name] = pw
             blk.set_linear(n, DenseLinear(pw.dequantize()))
             bar.update(1)
@@ -81,6 +87,50 @@ def quantize_sequential(config: dict, weights: dict, ids: list[int], options: di
             xs = [x + blk["mlp.down_proj"](a) for x, a in zip(xs, act)]
     bar.close()
     return out
+
+
+NORM_OF = {"self_attn.q_proj": "input_layernorm", "self_attn.k_proj": "input_layernorm",
+           "self_attn.v_proj": "input_layernorm", "mlp.gate_proj": "post_attention_layernorm",
+           "mlp.up_proj": "post_attention_layernorm"}
+
+
+def rechoose_codes(config: dict, weights: dict, tuned: dict, ids: list[int], damp: float = 0.01, beam: int = 8,
+                   progress: bool = True) -> tuple[dict[str, CodebookWeight], int]:
+    """PV-tuning's discrete step after a fine-tune: every linear's codes chosen again by error feedback
+    (codebook_gptq.gptq_codes, act-order) with its fine-tuned codebooks and scales fixed, layer by layer through
+    the re-coded model; the new codes are kept where they lower the layer's output error tr(dW H dW^T).
+    tuned: HF name -> the fine-tuned CodebookWeight of every linear and float norm weight. The fine-tuned norms
+    move each normed linear's inputs, so its target is the float weight times norm_float / norm_tuned per input.
+    Returns (HF name -> CodebookWeight, how many linears took new codes)."""
+    from lowbit.formats.codebook_gptq import gptq_codes, output_error
+
+    eff = {**weights, **{n: v for n, v in tuned.items() if not isinstance(v, CodebookWeight)}}
+    for name, pw in tuned.items():
+        if not isinstance(pw, CodebookWeight):
+            continue
+        prefix, module, proj, _ = name.rsplit(".", 3)  # model.layers.3 self_attn q_proj weight
+        lin = f"{module}.{proj}"
+        if lin in NORM_OF:
+            norm = f"{prefix}.{NORM_OF[lin]}.weight"
+            orig, new = np.asarray(weights[norm], np.float64), np.asarray(tuned.get(norm, weights[norm]), np.float64)
+            ratio = np.divide(orig, new, out=np.zeros_like(orig), where=np.abs(new) > 1e-8)
+            eff[name] = (np.asarray(weights[name], np.float64) * ratio[None, :]).astype(np.float32)
+    changed = 0
+
+    def one(name, w, h):
+        nonlocal changed
+        old = tuned[name]
+        scales = old.scales()
+        idx, _ = gptq_codes(w, h, old._cb, old.group, beam, damp, act_order=True, scales=scales)
+        new = CodebookWeight.from_parts(idx, scales, old.codebooks, old.group, k=old.shape[1], **old.meta_extra)
+        if output_error(w, new.dequantize(), h) < output_error(w, old.dequantize(), h):
+            changed += 1
+            return new
+        return old
+
+    out = quantize_sequential(config, eff, ids, {}, damp=damp, progress=progress, quantize_one=one,
+                              desc="codebook codes again (PV)")
+    return out, changed
 
 
 def trainable(student: TorchLlama) -> list[torch.nn.Parameter]:
@@ -202,35 +252,50 @@ def tune_model(ckpt, text: str, tokens: int, options: dict, error_feedback: bool
         stats = activation_stats(ckpt, text, tokens=tokens)
         out = {name: CodebookWeight.quantize(w, **options, importance=stats[name])
                for name, w in weights.items() if is_linear(name)}
-    if steps:
+    if steps or finetune_options.get("pv_steps"):
         from lowbit.io.convert import pack
 
         head = pack(weights.get(LM_HEAD, weights[EMBED]), lm_head_format).dequantize()
-        student = TorchLlama(config, {**weights, **out}, lm_head=head)
-        run_finetune(student, config, weights, ckpt.tokenizer(), ids, steps,
-                     {"seed": options.get("seed", 0), **finetune_options}, progress)
-        out = {name: lin.packed() for name, lin in student.codebook_linears().items()}
-        out.update(student.norms())
+        out = tune(config, weights, ckpt.tokenizer(), ids, out, head, steps,
+                   {"seed": options.get("seed", 0), **finetune_options}, damp, options.get("beam", 8), progress)[0]
     return out
 
 
-def run_finetune(student: TorchLlama, config: dict, weights: dict, tokenizer, ids: list[int], steps: int,
-                 finetune_options: dict, progress: bool = True) -> list[float]:
-    """finetune() of student towards the float model `weights` on the calibration tokens ids, plus
-    finetune_options["teacher_tokens"] tokens sampled from the teacher (kd_data.teacher_samples, sequences of
-    "teacher_len" tokens) drawn with probability "extra_frac" per window; the other options go to finetune."""
+def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, head, steps: int,
+         finetune_options: dict, damp: float = 0.01, beam: int = 8, progress: bool = True) -> tuple[dict, list[float]]:
+    """The fine-tune of a quantized model: start (HF name -> CodebookWeight of every linear, and optionally
+    fine-tuned float norms) -> the same names and every norm, trained `steps` towards the float `weights` on the
+    calibration tokens ids, with the int8 lm_head `head` [vocab, hidden]; and the KD loss of every step.
+    finetune_options: finetune()'s (seq, batch, lr, seed, schedule, warmup, extra_frac), plus
+      teacher_tokens, teacher_len: that many tokens sampled from the teacher (kd_data.teacher_samples, in
+        sequences of teacher_len), the windows drawn from them with probability extra_frac;
+      pv_steps: after the fine-tune, PV-tuning's discrete step (rechoose_codes) and pv_steps more steps."""
     from lowbit.io.kd_data import teacher_samples
 
     opts = dict(finetune_options)
     n_extra, length = int(opts.pop("teacher_tokens", 0)), int(opts.pop("teacher_len", 128))
+    pv_steps = int(opts.pop("pv_steps", 0))
     extra = []
-    if n_extra and steps:
+    if n_extra and (steps or pv_steps):
         extra = teacher_samples(config, weights, tokenizer, ids, n_extra, length=length, seed=opts.get("seed", 0),
                                 progress=progress)
     if not extra:
         opts["extra_frac"] = 0.0
     teacher = TorchLlama(config, weights)
-    return finetune(student, teacher, ids, steps, progress=progress, extra=extra, **opts)
+    tuned, losses = dict(start), []
+    for i, n in enumerate((steps, pv_steps)):
+        if i == 1:
+            if not n:
+                break
+            tuned, changed = rechoose_codes(config, weights, tuned, ids, damp, beam, progress)
+            if progress:
+                n_lin = sum(isinstance(v, CodebookWeight) for v in tuned.values())
+                print(f"codebook PV step: new codes in {changed} of {n_lin} linears")
+        student = TorchLlama(config, {**weights, **tuned}, lm_head=head)
+        losses += finetune(student, teacher, ids, n, progress=progress, extra=extra, **opts)
+        tuned = {name: lin.packed() for name, lin in student.codebook_linears().items()}
+        tuned.update(student.norms())
+    return tuned, losses
 
 
 def finetune_dir(model_dir, source, out, text: str, tokens: int, steps: int, finetune_options: dict,
@@ -253,13 +318,12 @@ def finetune_dir(model_dir, source, out, text: str, tokens: int, steps: int, fin
         raise ValueError(f"{model_dir}: no codebook weights to fine-tune")
     ids = calibration_ids(src, text, tokens)
     weights = {name: dense(src.load(name)) for name in src.tensor_names()}
-    student = TorchLlama(config, {**weights, **{n: v for n, v in mine.items() if isinstance(v, CodebookWeight)},
-                                  **{n: dense(v) for n, v in mine.items() if "norm" in n}},
-                         lm_head=dense(mine[LM_HEAD]))
-    losses = run_finetune(student, config, weights, src.tokenizer(), ids, steps, finetune_options, progress)
+    start = {n: v for n, v in mine.items() if isinstance(v, CodebookWeight)}
+    start.update({n: dense(v) for n, v in mine.items() if "norm" in n})
+    fmt = ck.lowbit.get("format_options") or {}
+    done, losses = tune(config, weights, src.tokenizer(), ids, start, dense(mine[LM_HEAD]), steps, finetune_options,
+                        (ck.lowbit.get("error_feedback") or {}).get("damp", 0.01), fmt.get("beam", 8), progress)
     del weights
-    done = {name: lin.packed() for name, lin in student.codebook_linears().items()}
-    done.update(student.norms())
     meta = dict(ck.lowbit)
     meta.pop("tensors", None)
     meta.pop("version", None)
