@@ -104,9 +104,11 @@ def test_cli_flags_and_errors(tmp_path):
     out = tmp_path / "out"
     assert main(["convert", str(src), str(out), "--format", "codebook", "--b", "3", "--g", "32", "--iters", "1",
                  "--calibration", str(text), "--calibration-tokens", "200", "--finetune-steps", "2",
-                 "--finetune-seq", "32", "--damp", "0.05", "-q"]) == 0
+                 "--finetune-seq", "32", "--damp", "0.05", "--teacher-tokens", "30", "--pv-steps", "1", "-q"]) == 0
     meta = open_checkpoint(out).lowbit
     assert meta["error_feedback"] == {"damp": 0.05} and meta["finetune"]["steps"] == 2
+    ft = meta["finetune"]
+    assert (ft["schedule"], ft["warmup"], ft["teacher_tokens"], ft["extra_frac"], ft["pv_steps"]) == ("cosine", 0, 30, 0.5, 1)
     with pytest.raises(ValueError, match="calibration"):
         convert(src, tmp_path / "x", format="codebook", error_feedback=True, progress=False)
     with pytest.raises(ValueError, match="Llama"):
