@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
+BATCH = 16  # sequences decoded together (the batched decoder reads each weight once per step for all of them)
+
 
 def teacher_samples(config: dict, weights: dict, tokenizer, ids: list[int], tokens: int, length: int = 128,
                     seed: int = 0, prompt: int = 8, temperature: float = 1.0, progress: bool = True) -> list[list[int]]:
     """About `tokens` sampled tokens in sequences of prompt + up to `length` ids (a sequence ends early at an
-    EOS id, which is dropped). weights: HF name -> float array or PackedWeight of the float source model;
+    EOS id, which is dropped; tokens / length sequences). weights: HF name -> float array or PackedWeight of the float source model;
     ids: the calibration tokens the prompts are cut from. Deterministic for a seed."""
-    from tqdm.auto import tqdm
-
-    from lowbit.generate.loop import generate_step
-    from lowbit.generate.sampling import Sampler, SamplingParams
+    from lowbit.generate.batch import BatchEngine
+    from lowbit.generate.sampling import SamplingParams
     from lowbit.model import Model
 
     if tokens <= 0:
@@ -32,23 +32,30 @@ def teacher_samples(config: dict, weights: dict, tokenizer, ids: list[int], toke
         raise ValueError(f"the calibration text is too short to cut {prompt}-token prompts from")
     model = Model.from_weights(dict(config), weights, tokenizer=tokenizer, max_context=prompt + length,
                                format="int8")
-    eos = set(getattr(tokenizer, "eos_ids", ()) or ()) | set(model.args.eos_ids)
     rng = np.random.default_rng(seed)
-    out, made = [], 0
-    bar = tqdm(total=tokens, desc="teacher samples", unit="token", disable=not progress)
-    while made < tokens:
-        start = int(rng.integers(0, len(ids) - prompt + 1))
-        head = [int(i) for i in ids[start:start + prompt]]
-        sampler = Sampler(SamplingParams(temperature=temperature), rng=rng)
-        model.reset()
-        body = []
-        for tok in generate_step(model, head, sampler, max_tokens=min(length, tokens - made)):
-            if tok in eos:
-                break
-            body.append(tok)
-        made += max(len(body), 1)  # a sample that ends at once still counts, so the loop always ends
-        bar.update(len(body))
+    n = -(-tokens // length)
+    starts = rng.integers(0, len(ids) - prompt + 1, size=n)
+    heads = [[int(i) for i in ids[s:s + prompt]] for s in starts]
+    # one sampler per sequence, seeded by (seed, i): a sample does not depend on how the engine batches
+    seeds = np.random.SeedSequence(seed).spawn(n)
+    engine = BatchEngine(model, tokenizer, max_batch=min(n, BATCH), max_context=prompt + length)
+    seqs = [engine.submit(h, max_tokens=length, params=SamplingParams(temperature=temperature,
+                                                                       seed=int(s.generate_state(1)[0])))
+            for h, s in zip(heads, seeds)]
+    if progress:
+        from tqdm.auto import tqdm
+
+        with tqdm(total=n, desc="teacher samples", unit="sequence") as bar:
+            while engine.has_work():
+                engine.step()
+                bar.n = sum(q.done for q in seqs)
+                bar.refresh()
+    else:
+        engine.run()
+    eos = engine.eos_ids
+    out = []
+    for h, q in zip(heads, seqs):
+        body = [t for t in q.tokens if t not in eos]
         if body:
-            out.append(head + body)
-    bar.close()
+            out.append(h + body)
     return out
