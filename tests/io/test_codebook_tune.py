@@ -104,7 +104,7 @@ def test_cli_flags_and_errors(tmp_path):
     out = tmp_path / "out"
     assert main(["convert", str(src), str(out), "--format", "codebook", "--b", "3", "--g", "32", "--iters", "1",
                  "--calibration", str(text), "--calibration-tokens", "200", "--finetune-steps", "2",
-                 "--finetune-seq", "32", "--damp", "0.05", "--teacher-tokens", "30", "--pv-steps", "1", "-q"]) == 0
+                 "--finetune-seq", "32", "--damp", "0.05", "--teacher-tokens", "30", "--pv-steps", "1", "--finetune-schedule", "cosine", "-q"]) == 0
     meta = open_checkpoint(out).lowbit
     assert meta["error_feedback"] == {"damp": 0.05} and meta["finetune"]["steps"] == 2
     ft = meta["finetune"]
@@ -205,3 +205,15 @@ def test_rechoose_codes_replaces_bad_codes_and_keeps_good_ones():
     assert kl_new < 0.5 * kl_bad, (kl_bad, kl_new)
     again, changed = rechoose_codes(cfg, w, {**new, **norms}, ids, progress=False)
     assert changed == 0 and all(np.array_equal(again[n].codes, new[n].codes) for n in new)  # nothing better found
+
+
+def test_codebook_linear_weight_equals_dequantize_with_a_partial_group():
+    from lowbit.io.torch_llama import CodebookLinear
+
+    w = np.random.default_rng(4).standard_normal((37, 90)).astype(np.float32)  # K 90: groups 64 + 26 (+2 padded)
+    for m in (1, 2):
+        pw = CodebookWeight.quantize(w, m=m, v=4, b=3, g=64, iters=1)
+        lin = CodebookLinear(pw)
+        assert lin.codes.dtype == torch.uint8
+        assert np.array_equal(lin.weight().detach().numpy(), pw.dequantize())
+        assert np.array_equal(lin.packed().codes, pw.codes)

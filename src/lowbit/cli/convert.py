@@ -39,6 +39,8 @@ FINETUNE_LR = 1e-3
 TEACHER_TOKENS = 0
 TEACHER_FRAC = 0.5
 PV_STEPS = 0
+SCHEDULE = "constant"
+WARMUP = 0.0  # a fraction of --finetune-steps
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -99,10 +101,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                          f"~6 s at 256 estimated on a quiet one); 0: none (default {FINETUNE_STEPS})")
     cb.add_argument("--finetune-lr", type=float, default=FINETUNE_LR,
                     help=f"peak Adam learning rate of the fine-tune, relative to each tensor's RMS (default {FINETUNE_LR:g})")
-    cb.add_argument("--finetune-schedule", choices=["cosine", "constant"], default="cosine",
-                    help="learning rate after the warm-up: a cosine down to 0 at the last step (default) or constant")
+    cb.add_argument("--finetune-schedule", choices=["cosine", "constant"], default=SCHEDULE,
+                    help=f"learning rate after the warm-up: constant, or a cosine down to 0 at the last step (default "
+                         f"{SCHEDULE})")
     cb.add_argument("--finetune-warmup", type=int, default=None, metavar="N",
-                    help="steps of linear learning-rate warm-up (default: a tenth of --finetune-steps)")
+                    help=f"steps of linear learning-rate warm-up (default: {WARMUP:g} x --finetune-steps)")
     cb.add_argument("--finetune-seq", type=int, default=256, metavar="T",
                     help="tokens per fine-tuning window (default 256; one window per step)")
     cb.add_argument("--teacher-tokens", type=int, default=TEACHER_TOKENS, metavar="N",
@@ -123,7 +126,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def finetune_options(args) -> dict:
     """The CLI's fine-tune flags -> convert()'s finetune_options (io.codebook_tune.tune)."""
-    warmup = args.finetune_warmup if args.finetune_warmup is not None else args.finetune_steps // 10
+    warmup = args.finetune_warmup if args.finetune_warmup is not None else int(WARMUP * args.finetune_steps)
     opts = {"lr": args.finetune_lr, "seq": args.finetune_seq, "seed": args.seed, "schedule": args.finetune_schedule,
             "warmup": warmup}
     if args.teacher_tokens:

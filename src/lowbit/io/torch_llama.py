@@ -71,8 +71,10 @@ class CodebookLinear(nn.Module):
         vec = F.embedding(self.codes[..., 0].int(), self.books[0])  # [M, nseg, v]
         for i in range(1, m):
             vec = vec + F.embedding(self.codes[..., i].int(), self.books[i])
-        w = vec.reshape(self.shape[0], self.kp) * self.scales.repeat_interleave(self.group, dim=1)[:, :self.kp]
-        return w[:, :self.shape[1]]
+        rows, groups = self.scales.shape
+        # scales broadcast over each group (not repeated to [M, Kp]: autograd would keep that copy too)
+        vec = F.pad(vec.reshape(rows, self.kp), (0, groups * self.group - self.kp)).view(rows, groups, self.group)
+        return (vec * self.scales[:, :, None]).view(rows, groups * self.group)[:, :self.shape[1]]
 
     def forward(self, x):
         return F.linear(x, self.weight())
