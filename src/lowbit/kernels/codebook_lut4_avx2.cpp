@@ -1,9 +1,9 @@
 // codebook b == 4 with AVX2 (layout and error bound in codebook.h): the register-table Psumbook.
 //
-// A group's 16-entry psum tables are quantized to int8 with one scale per (token, group); per pair of
-// (segment, codebook) tables, one 32-byte load gives 32 rows' codes of both (low/high nibbles), two vpshufb
-// look up 64 psums, vpunpck{l,h}bw interleave the two lookups of each row and vpmaddubsw (x 1) adds them
-// into int16: 11 vector ops per 64 lookups, no gathers, no scalar loads.
+// A group's 16-entry psum tables are quantized to int8 with a power-of-two scale per (segment, codebook) pair
+// (codebook.h); per two pairs, one 32-byte load gives 32 rows' codes of both (low/high nibbles), two vpshufb
+// look up 64 psums, vpunpck{l,h}bw interleave the two lookups of each row and vpmaddubsw (x the pairs'
+// multipliers) adds them into int16: 11 vector ops per 64 lookups, no gathers, no scalar loads.
 #include <immintrin.h>
 
 #include <algorithm>
