@@ -122,9 +122,30 @@ LUT4_CASES = [(4, 8, 4, 128, 70, 300), (2, 4, 4, 128, 33, 256), (3, 4, 4, 12, 37
               (8, 1, 4, 64, 40, 130), (6, 8, 4, 64, 64, 192)]
 
 
+def lut4_scales(T):
+    """kernels/codebook.h's int8 psum scales of one token and group: T float32 [P, 16] (P pairs, unpadded) ->
+    (inv [P] float32: the pairs' table multipliers inv0 * 2^e_q, mult [P]: the int multipliers 2^(E - e_q),
+    unit d = mx / 127 / 2^E), computed as the kernels do, in float32."""
+    P = T.shape[0]
+    mxq = np.abs(T).max(axis=1).astype(np.float32)
+    mx = np.float32(mxq.max(initial=0.0))
+    inv0 = np.float32(127.0) / mx if mx > 0 else np.float32(0.0)
+    pp = P + P % 2
+    a_sums = [int(np.ceil(mxq[q0:q0 + 256] * inv0).sum()) for q0 in range(0, pp, 256)]
+    width = min(pp, 256)
+    E = next(e for e in range(7, -1, -1) if (2 * max(a_sums) + width) << e <= 65534 or e == 0)
+    with np.errstate(divide="ignore"):
+        quot = np.where(mxq > 0, mx / np.where(mxq > 0, mxq, 1), np.inf).astype(np.float32)
+    ex = np.frexp(quot)[1] - 1  # floor(log2(quot)) for finite quot
+    e = np.where(np.isfinite(quot), np.clip(ex, 0, E), E).astype(np.int64)
+    inv = (inv0 * np.exp2(e)).astype(np.float32)
+    return inv, np.exp2(E - e), float(mx) / 127.0 / 2.0 ** E
+
+
 def lut4_reference(pw, x):
-    """The int8-psum product in numpy (float32 tables, one scale d = max|T|/127 per token and group) and the
-    error bound of the psum quantization: per output sum_grp |s[r, grp]| * P_grp * d_grp / 2."""
+    """The int8-psum product in numpy (float32 tables quantized with the kernels' per-pair power-of-two scales,
+    lut4_scales) and the error bound of the psum quantization: per output sum_grp |s[r, grp]| * sum_q quantum_q / 2,
+    quantum_q = d * mult_q; returns also the one-quantum-per-group slack of table entries at rounding ties."""
     n = x.shape[0]
     xp = pw.padded_input(x)
     idx = pw.unpacked_codes().astype(np.int64)  # [M, nseg, m]
@@ -132,19 +153,43 @@ def lut4_reference(pw, x):
     S = pw.group // pw.v
     y = np.zeros((n, pw.shape[0]))
     bound = np.zeros((n, pw.shape[0]))
+    slack = np.zeros((n, pw.shape[0]))
     for grp in range(pw.ngroups):
         segs = range(grp * S, min((grp + 1) * S, pw.kp // pw.v))
         xs = xp[:, grp * pw.group:grp * pw.group + len(segs) * pw.v].reshape(n, len(segs), pw.v)
         T = np.einsum("icv,nsv->nsic", pw._cb, xs).astype(np.float32)  # [n, S_g, m, 16]
-        d = np.abs(T).reshape(n, -1).max(axis=1) / 127.0
-        Tq = np.rint(T / np.where(d > 0, d, 1)[:, None, None, None])
         sel = idx[:, segs.start:segs.stop]  # [M, S_g, m]
-        acc = np.zeros((n, pw.shape[0]))
-        for i in range(pw.m):
-            acc += np.take_along_axis(Tq[:, None, :, i, :], sel[None, :, :, i, None], axis=3)[..., 0].sum(axis=2)
-        y += acc * d[:, None] * s[None, :, grp]
-        bound += np.abs(s[None, :, grp]) * len(segs) * pw.m * d[:, None] / 2
-    return y, bound
+        for t in range(n):
+            inv, mult, d = lut4_scales(T[t].reshape(-1, 16))
+            Tq = (np.rint(T[t].reshape(-1, 16) * inv[:, None]) * mult[:, None]).reshape(len(segs), pw.m, 16)
+            acc = np.zeros(pw.shape[0])
+            for i in range(pw.m):
+                acc += np.take_along_axis(Tq[None, :, i, :], sel[:, :, i, None], axis=2)[..., 0].sum(axis=1)
+            y[t] += acc * d * s[:, grp]
+            bound[t] += np.abs(s[:, grp]) * d * mult.sum() / 2
+            slack[t] += np.abs(s[:, grp]) * d * mult.max()
+    return y, bound, slack
+
+
+def test_lut4_scales_keep_small_tables_precise_and_int16_safe():
+    rng = np.random.default_rng(3)
+    T = (rng.standard_normal((64, 16)) * np.exp2(-rng.integers(0, 9, size=(64, 1)))).astype(np.float32)
+    T[5] *= 0  # a zero table
+    inv, mult, d = lut4_scales(T)
+    q = np.rint(T * inv[:, None])
+    assert np.abs(q).max() <= 127 and mult.max() <= 128
+    assert np.abs(q * mult[:, None]).max(axis=1).sum() <= 32767  # the accumulated worst case fits int16
+    err = np.abs(q * mult[:, None] * d - T).max(axis=1)
+    single = np.abs(T).max() / 127 / 2  # the single-scale (one d per group) worst error
+    assert np.all(err <= d * mult / 2 * (1 + 1e-6))
+    small = np.abs(T).max(axis=1) < np.abs(T).max() / 8
+    assert np.all(err[small] <= single / 4 + 1e-12)  # tables 8x smaller than the largest: >= 4x finer steps
+    # one table holds all the energy: the others get the finest step, 2^7 below the single scale
+    T2 = np.zeros((64, 16), np.float32)
+    T2[0] = 100.0
+    T2[1:, 0] = 0.01
+    inv2, mult2, d2 = lut4_scales(T2)
+    assert mult2[0] == 128 and np.all(mult2[1:] == 1) and d2 == pytest.approx(100.0 / 127 / 128)
 
 
 @pytest.mark.parametrize("m,v,b,g,rows,k", LUT4_CASES)
@@ -169,14 +214,14 @@ def test_lut4_kernels_every_isa(isa, rng, m, v, b, g, rows, k, n):
     err = np.abs(pw.matmul_kernel(x, False) - ref)
     assert np.all(err <= float_tol), f"{isa} dequant: max err {err.max()}"
     # Psumbook with int8 tables: within the psum-quantization bound of the exact product, and equal to the
-    # numpy int8 emulation up to float rounding (a table entry at a rounding tie may round either way: one
-    # quantum per row and group is allowed, far below the bound's P/2 quanta per group)
+    # numpy int8 emulation (per-pair power-of-two scales) up to float rounding (a table entry at a rounding tie
+    # may round either way: one of the group's largest quanta per row and group is allowed, far below the
+    # bound's sum of half quanta)
     y = pw.matmul_kernel(x, True)
-    emu, bound = lut4_reference(pw, x)
+    emu, bound, slack = lut4_reference(pw, x)
     err = np.abs(y - ref)
     assert np.all(err <= bound + float_tol), f"{isa} psum: max err/bound {(err / (bound + float_tol)).max()}"
-    flips = 2 * bound / (pw.group // v * m)  # one quantum per group: sum_grp |s| d
-    assert np.all(np.abs(y - emu) <= flips + float_tol), f"{isa} psum vs int8 emulation: {np.abs(y - emu).max()}"
+    assert np.all(np.abs(y - emu) <= slack + float_tol), f"{isa} psum vs int8 emulation: {np.abs(y - emu).max()}"
     # the int8 psums cost little: typical error a small fraction of the output scale
     assert np.sqrt(np.mean((y - ref) ** 2)) < 0.05 * np.sqrt(np.mean(ref ** 2))
 
@@ -193,3 +238,25 @@ def test_lut4_error_falls_as_bits_rise_and_kernel_follows(rng):
         assert np.sqrt(np.mean((pw.matmul(x) - ref) ** 2)) < 0.02 * np.sqrt(np.mean(ref ** 2))
     assert errs[0] > errs[1] > errs[2], errs
     assert errs[1] < 0.15, errs
+
+
+@pytest.mark.parametrize("m,v,g", [(4, 8, 128), (2, 4, 128), (3, 4, 12)])
+def test_lut4_outlier_activations_get_finer_tables(isa, rng, m, v, g):
+    # a few input channels 100x the others (as in LLM activations): with one int8 scale per group, every other
+    # segment of those groups would be quantized on the outliers' step; the per-pair scales keep them fine
+    pw = random_parts(rng, m, v, 4, g, 40, 256)
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    x[:, [3, 130, 200]] *= 100.0
+    ref = x.astype(np.float64) @ pw.dequantize().astype(np.float64).T
+    y = pw.matmul_kernel(x, True)
+    emu, bound, slack = lut4_reference(pw, x)
+    float_tol = 2e-5 * (np.abs(x.astype(np.float64)) @ np.abs(pw.dequantize().astype(np.float64)).T) + 1e-6
+    assert np.all(np.abs(y - emu) <= slack + float_tol), f"{isa}: {np.abs(y - emu).max()}"
+    assert np.all(np.abs(y - ref) <= bound + float_tol)
+    single = 0.0  # the single-scale bound: P/2 quanta of max|T|/127 per group
+    xp = pw.padded_input(x)
+    for grp in range(pw.ngroups):
+        xs = xp[:, grp * pw.group:(grp + 1) * pw.group].reshape(3, -1, v)
+        T = np.einsum("icv,nsv->nsic", pw._cb, xs)
+        single = single + np.abs(pw.scales()[None, :, grp]) * T[0].size / 16 * np.abs(T).reshape(3, -1).max(axis=1)[:, None] / 127 / 2
+    assert bound.mean() < 0.5 * single.mean()

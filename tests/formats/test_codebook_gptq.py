@@ -54,6 +54,14 @@ def test_error_feedback_lowers_output_error(m, v, b, k):
     c = CodebookWeight.quantize(w, m=m, v=v, b=b, g=32, iters=2, hessian=h, beam=4)
     assert np.array_equal(a.codes, c.codes) and np.array_equal(a.scale, c.scale)
     assert output_error(w, a.dequantize(), h) < base
+    # fixed scales (PV-tuning's discrete step): act-order's own scales give its codes back; others are kept as given
+    idx_s, s_s = gptq_codes(w, h, books, 32, beam=4, act_order=True, scales=s_a)
+    assert np.array_equal(idx_s, idx_a) and np.array_equal(s_s, s_a)
+    other = (s_a * 1.25).astype(np.float16).astype(np.float32)
+    idx_o, s_o = gptq_codes(w, h, books, 32, beam=4, act_order=True, scales=other)
+    assert np.array_equal(s_o, other) and not np.array_equal(idx_o, idx_a)
+    with pytest.raises(ValueError, match="scales"):
+        gptq_codes(w, h, books, 32, scales=s_a[:, :1])
 
 
 def test_bad_hessian_is_refused():

@@ -104,12 +104,116 @@ def test_cli_flags_and_errors(tmp_path):
     out = tmp_path / "out"
     assert main(["convert", str(src), str(out), "--format", "codebook", "--b", "3", "--g", "32", "--iters", "1",
                  "--calibration", str(text), "--calibration-tokens", "200", "--finetune-steps", "2",
-                 "--finetune-seq", "32", "--damp", "0.05", "-q"]) == 0
+                 "--finetune-seq", "32", "--damp", "0.05", "--teacher-tokens", "30", "--pv-steps", "1", "--finetune-schedule", "cosine", "-q"]) == 0
     meta = open_checkpoint(out).lowbit
     assert meta["error_feedback"] == {"damp": 0.05} and meta["finetune"]["steps"] == 2
+    ft = meta["finetune"]
+    assert (ft["schedule"], ft["warmup"], ft["teacher_tokens"], ft["extra_frac"], ft["pv_steps"]) == ("cosine", 0, 30, 0.5, 1)
     with pytest.raises(ValueError, match="calibration"):
         convert(src, tmp_path / "x", format="codebook", error_feedback=True, progress=False)
     with pytest.raises(ValueError, match="Llama"):
         convert(write_hf(tmp_path / "q", tiny_config(model_type="qwen2"), random_weights(tiny_config(model_type="qwen2")),
                          dtype="f32"), tmp_path / "y", format="codebook", calibration=text, error_feedback=True,
                 progress=False)
+
+
+def test_lr_factor_warmup_then_cosine():
+    from lowbit.io.codebook_tune import lr_factor
+
+    f = [lr_factor(i, 20, 4, "cosine") for i in range(20)]
+    assert f[:4] == [0.2, 0.4, 0.6, 0.8] and f[4] == 1.0
+    assert all(a > b for a, b in zip(f[4:], f[5:])) and f[-1] < 0.01
+    assert [lr_factor(i, 20, 2, "constant") for i in (0, 1, 2, 19)] == [1 / 3, 2 / 3, 1.0, 1.0]
+
+
+def test_finetune_with_teacher_samples_is_deterministic_and_checks_options():
+    from lowbit.io.codebook_tune import tune
+    from lowbit.io.kd_data import teacher_samples
+
+    cfg, w, packed = quantized_pair()
+    rng = np.random.default_rng(1)
+    ids = [int(i) for i in rng.integers(3, cfg["vocab_size"], size=120)]
+    # teacher_samples needs the tokenizer's EOS ids only (the batch engine also decodes text: none here)
+    tok = type("Tok", (), {"eos_ids": {2}, "decode": lambda self, ids, skip_special=True: ""})()
+    s1 = teacher_samples(cfg, w, tok, ids, tokens=90, length=30, seed=5, progress=False)
+    s2 = teacher_samples(cfg, w, tok, ids, tokens=90, length=30, seed=5, progress=False)
+    assert s1 == s2 and 60 <= sum(len(s) for s in s1) <= 90 + 8 * len(s1)
+    assert all(2 not in s[8:] for s in s1)  # EOS ends a sample and is dropped
+    assert all(any(s[:8] == ids[i:i + 8] for i in range(len(ids) - 7)) for s in s1)  # prompts cut from ids
+    assert teacher_samples(cfg, w, tok, ids, tokens=90, length=30, seed=6, progress=False) != s1
+    runs = []
+    opts = {"seq": 32, "lr": 3e-2, "seed": 2, "schedule": "cosine", "warmup": 2, "teacher_tokens": 60,
+            "teacher_len": 20, "extra_frac": 0.5}
+    for _ in range(2):
+        runs.append(tune(cfg, w, tok, ids, packed, w["lm_head.weight"], 6, opts, progress=False))
+    (t1, l1), (t2, l2) = runs
+    assert l1 == l2 and len(l1) == 6 and all(np.array_equal(t1[n].codebooks, t2[n].codebooks) for n in packed)
+    assert set(t1) == set(packed) | {n for n in w if "norm" in n}
+    student = TorchLlama(cfg, {**w, **packed})
+    with pytest.raises(ValueError, match="schedule"):
+        finetune(student, TorchLlama(cfg, w), ids, 2, schedule="linear", progress=False)
+    with pytest.raises(ValueError, match="extra"):
+        finetune(student, TorchLlama(cfg, w), ids, 2, extra_frac=0.5, progress=False)
+
+
+def test_finetune_dir_keeps_codes_and_other_tensors(tmp_path):
+    from lowbit.io.codebook_tune import finetune_dir
+
+    cfg = tiny_config()
+    w = random_weights(cfg)
+    src = write_hf(tmp_path / "src", cfg, w, dtype="f32")
+    text = tmp_path / "calib.txt"
+    text.write_text(TEXT)
+    first = convert(src, tmp_path / "ef", format="codebook", format_options={"m": 1, "v": 4, "b": 3, "g": 32, "iters": 1},
+                    calibration=text, calibration_tokens=300, progress=False, error_feedback=True, finetune_steps=0)
+    losses = finetune_dir(first, src, tmp_path / "ft", TEXT, 300, 4,
+                          {"seq": 32, "lr": 3e-2, "schedule": "cosine", "warmup": 1, "teacher_tokens": 40,
+                           "teacher_len": 16, "extra_frac": 0.5}, progress=False)
+    assert len(losses) == 4
+    a, b = open_checkpoint(first), open_checkpoint(tmp_path / "ft")
+    assert b.lowbit["finetune_again"]["steps"] == 4 and a.tensor_names() == b.tensor_names()
+    name = "model.layers.1.self_attn.o_proj.weight"
+    pa, pb = a.load(name), b.load(name)
+    assert np.array_equal(pa.codes, pb.codes) and not np.array_equal(pa.codebooks, pb.codebooks)
+    assert np.array_equal(np.asarray(a.load("lm_head.weight").dequantize()), np.asarray(b.load("lm_head.weight").dequantize()))
+    assert load(tmp_path / "ft").logits([1, 2, 3]).shape == (3, cfg["vocab_size"])
+    with pytest.raises(ValueError, match="no codebook"):
+        finetune_dir(convert(src, tmp_path / "i4", format="int4", progress=False), src, tmp_path / "x", TEXT, 300, 1, {},
+                     progress=False)
+
+
+def test_rechoose_codes_replaces_bad_codes_and_keeps_good_ones():
+    from lowbit.io.codebook_tune import rechoose_codes
+
+    cfg, w, packed = quantized_pair()
+    rng = np.random.default_rng(3)
+    ids = [int(i) for i in rng.integers(3, cfg["vocab_size"], size=150)]
+    bad = {}
+    for n, pw in packed.items():  # the same codebooks and scales, random codes
+        codes = rng.integers(0, 2 ** pw.b, size=pw.unpacked_codes().shape).astype(np.uint8)
+        bad[n] = CodebookWeight.from_parts(codes, pw.scales(), pw.codebooks, pw.group, k=pw.shape[1], **pw.meta_extra)
+    norms = {n: v * 1.1 for n, v in w.items() if "layernorm" in n}  # "fine-tuned" norms: targets rescaled
+    new, changed = rechoose_codes(cfg, w, {**bad, **norms}, ids, progress=False)
+    assert changed == len(packed) and set(new) == set(packed)
+    for n in packed:
+        assert np.array_equal(new[n].codebooks, bad[n].codebooks) and np.array_equal(new[n].scale, bad[n].scale)
+    probe = torch.tensor([ids[:64]])
+    teacher = TorchLlama(cfg, w)
+    with torch.no_grad():
+        kl_bad = float(kd_loss(TorchLlama(cfg, {**w, **bad, **norms}), teacher, probe))
+        kl_new = float(kd_loss(TorchLlama(cfg, {**w, **new, **norms}), teacher, probe))
+    assert kl_new < 0.5 * kl_bad, (kl_bad, kl_new)
+    again, changed = rechoose_codes(cfg, w, {**new, **norms}, ids, progress=False)
+    assert changed == 0 and all(np.array_equal(again[n].codes, new[n].codes) for n in new)  # nothing better found
+
+
+def test_codebook_linear_weight_equals_dequantize_with_a_partial_group():
+    from lowbit.io.torch_llama import CodebookLinear
+
+    w = np.random.default_rng(4).standard_normal((37, 90)).astype(np.float32)  # K 90: groups 64 + 26 (+2 padded)
+    for m in (1, 2):
+        pw = CodebookWeight.quantize(w, m=m, v=4, b=3, g=64, iters=1)
+        lin = CodebookLinear(pw)
+        assert lin.codes.dtype == torch.uint8
+        assert np.array_equal(lin.weight().detach().numpy(), pw.dequantize())
+        assert np.array_equal(lin.packed().codes, pw.codes)

@@ -122,3 +122,22 @@ def test_decode_token_bad_input_errors():
         native._dec.set_embedding(np.zeros((300, 7), np.float32), 1.0)
     with pytest.raises(ValueError, match="table must be"):
         native._dec.set_embedding(np.zeros((300, 128), np.float64), 1.0)
+
+
+@pytest.mark.parametrize("inter", [324, 13])
+def test_native_silu_matches_python_with_a_tail(isa, inter):
+    """SiLU runs 8 lanes at a time on AVX2 (ops.inc act_mul) and the scalar loop on the rest: an
+    intermediate size that leaves a tail (324 = 8 * 40 + 4; 13 = 8 + 5), f32 weights, against the numpy
+    decoder on every ISA."""
+    cfg = {**config("llama"), "intermediate_size": inter}
+    model = Model.from_weights(cfg, dummy_weights(cfg, std=0.5), format="f32", max_context=16)
+    native = NativeDecoder.build(model)
+    assert isinstance(native, NativeDecoder), native
+    model.prefill([1, 2, 3])
+    ref = [model.decode_python(t) for t in [7, 8, 299]]
+    model.reset()
+    model.prefill([1, 2, 3])
+    got = [model.decode(t) for t in [7, 8, 299]]
+    for r, g in zip(ref, got):
+        assert np.all(np.isfinite(r))
+        np.testing.assert_allclose(g, r, rtol=0, atol=1e-5 * np.abs(r).max())

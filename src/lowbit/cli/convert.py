@@ -35,6 +35,12 @@ leaves no OUT behind.
 
 
 FINETUNE_STEPS = 100
+FINETUNE_LR = 1e-3
+TEACHER_TOKENS = 0
+TEACHER_FRAC = 0.5
+PV_STEPS = 0
+SCHEDULE = "constant"
+WARMUP = 0.0  # a fraction of --finetune-steps
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -93,14 +99,41 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                          "codebooks, scales and norms trained towards the source model's next-token distributions on "
                          f"the calibration text; SmolLM2-135M: ~20-30 s a step at 128 tokens measured on a loaded shared core, "
                          f"~6 s at 256 estimated on a quiet one); 0: none (default {FINETUNE_STEPS})")
-    cb.add_argument("--finetune-lr", type=float, default=1e-3,
-                    help="Adam learning rate of the fine-tune, relative to each tensor's RMS (default 1e-3)")
+    cb.add_argument("--finetune-lr", type=float, default=FINETUNE_LR,
+                    help=f"peak Adam learning rate of the fine-tune, relative to each tensor's RMS (default {FINETUNE_LR:g})")
+    cb.add_argument("--finetune-schedule", choices=["cosine", "constant"], default=SCHEDULE,
+                    help=f"learning rate after the warm-up: constant, or a cosine down to 0 at the last step (default "
+                         f"{SCHEDULE})")
+    cb.add_argument("--finetune-warmup", type=int, default=None, metavar="N",
+                    help=f"steps of linear learning-rate warm-up (default: {WARMUP:g} x --finetune-steps)")
     cb.add_argument("--finetune-seq", type=int, default=256, metavar="T",
                     help="tokens per fine-tuning window (default 256; one window per step)")
+    cb.add_argument("--teacher-tokens", type=int, default=TEACHER_TOKENS, metavar="N",
+                    help="tokens of text sampled from the source model itself (temperature 1, prompts cut from the "
+                         "calibration text) that the fine-tune also learns from: data-free distillation as in "
+                         f"LLM-QAT, against overfitting a short calibration text (default {TEACHER_TOKENS}; 0: none)")
+    cb.add_argument("--teacher-frac", type=float, default=TEACHER_FRAC, metavar="P",
+                    help=f"share of the fine-tuning windows taken from the sampled text (default {TEACHER_FRAC:g})")
+    cb.add_argument("--pv-steps", type=int, default=PV_STEPS, metavar="N",
+                    help="after the fine-tune, PV-tuning's discrete step: every linear's codes chosen again by error "
+                         "feedback with its fine-tuned codebooks and scales (kept where they lower the layer's output "
+                         f"error), then N more fine-tuning steps (default {PV_STEPS}; 0: no discrete step)")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing lowbit directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
     return p
+
+
+def finetune_options(args) -> dict:
+    """The CLI's fine-tune flags -> convert()'s finetune_options (io.codebook_tune.tune)."""
+    warmup = args.finetune_warmup if args.finetune_warmup is not None else int(WARMUP * args.finetune_steps)
+    opts = {"lr": args.finetune_lr, "seq": args.finetune_seq, "seed": args.seed, "schedule": args.finetune_schedule,
+            "warmup": warmup}
+    if args.teacher_tokens:
+        opts.update(teacher_tokens=args.teacher_tokens, extra_frac=args.teacher_frac)
+    if args.pv_steps:
+        opts["pv_steps"] = args.pv_steps
+    return opts
 
 
 def main(args) -> int:
@@ -121,7 +154,7 @@ def main(args) -> int:
                       calibration_tokens=args.calibration_tokens,
                       error_feedback=args.calibration is not None and args.error_feedback, damp=args.damp,
                       finetune_steps=args.finetune_steps if args.calibration is not None else 0,
-                      finetune_options={"lr": args.finetune_lr, "seq": args.finetune_seq, "seed": args.seed})
+                      finetune_options=finetune_options(args))
     except FileExistsError as e:
         print(f"lowbit: error: {e}", file=sys.stderr)
         return 1

@@ -82,14 +82,16 @@ def _rms(w: np.ndarray) -> np.ndarray:
 
 
 def gptq_codes(w: np.ndarray, h: np.ndarray, books: np.ndarray, group: int, beam: int = 8,
-               damp: float = DAMP, act_order: bool = False) -> tuple[np.ndarray, np.ndarray]:
+               damp: float = DAMP, act_order: bool = False, scales: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """w float32 [M, K], h [K, K] the input Hessian (X^T X / n), books [m, 2^b, v] (float16-exact) ->
     (codes uint8 [M, Kp/v, m], scales float32 [M, G] float16-rounded), Kp = K rounded up to v.
 
     act_order: quantize the segments in decreasing order of their inputs' H[k, k] (GPTQ's act-order: the
     inputs that matter most go first, while every other input can still absorb their error), with the
     scales fixed beforehand from the unchanged weights; else in input order, each group's scales taken
-    from the weights as updated when the group is reached."""
+    from the weights as updated when the group is reached. scales: float [M, G] to use as they are (e.g. the
+    fine-tuned ones, for PV-tuning's discrete step) instead of either choice."""
     rows, k = w.shape
     m, nc, v = books.shape
     if h.shape != (k, k):
@@ -104,10 +106,16 @@ def gptq_codes(w: np.ndarray, h: np.ndarray, books: np.ndarray, group: int, beam
     hp[:k, :k] = h
     dead = np.diag(hp) <= 0
     wp[:, dead] = 0.0
-    scales = np.empty((rows, ngroups), np.float32)
+    fixed = scales is not None
+    if fixed:
+        scales = np.asarray(scales, np.float32)
+        if scales.shape != (rows, ngroups):
+            raise ValueError(f"scales must be [{rows}, {ngroups}], got {scales.shape}")
+    else:
+        scales = np.empty((rows, ngroups), np.float32)
     if act_order:
         order = np.argsort(-np.diag(hp).reshape(nseg, v).sum(axis=1), kind="stable")  # segments, most important first
-        for gi in range(ngroups):
+        for gi in range(ngroups if not fixed else 0):
             scales[:, gi] = _rms(wp[:, gi * group:(gi + 1) * group])
         block = group
     else:
@@ -122,7 +130,7 @@ def gptq_codes(w: np.ndarray, h: np.ndarray, books: np.ndarray, group: int, beam
         b1 = min(kp, b0 + block)
         blk = wp[:, b0:b1].copy()       # [M, block] updated within the block
         err = np.empty_like(blk)         # [M, block] the scaled errors (w - q) U_BB^-1
-        if not act_order:  # the block is the scale group
+        if not act_order and not fixed:  # the block is the scale group
             scales[:, b0 // group] = _rms(blk)
         for c0 in range(b0, b1, v):
             c1 = c0 + v

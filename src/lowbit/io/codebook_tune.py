@@ -43,10 +43,16 @@ def hessian(xs: list[torch.Tensor]) -> np.ndarray:
 
 
 def quantize_sequential(config: dict, weights: dict, ids: list[int], options: dict, ctx: int = CTX,
-                        damp: float = 0.01, progress: bool = True) -> dict[str, CodebookWeight]:
+                        damp: float = 0.01, progress: bool = True, quantize_one=None,
+                        desc: str = "codebook error feedback") -> dict[str, CodebookWeight]:
     """Every decoder linear -> CodebookWeight (options: m, v, b, g, seed, iters, beam), with error feedback on
-    the calibration tokens ids run through the partly quantized model."""
+    the calibration tokens ids run through the partly quantized model. quantize_one(name, w [M, K], H [K, K])
+    -> CodebookWeight replaces CodebookWeight.quantize(w, **options, hessian=H, damp=damp)."""
     from tqdm.auto import tqdm
+
+    if quantize_one is None:
+        def quantize_one(name, w, h):
+            return CodebookWeight.quantize(w, **options, hessian=h, damp=damp)
 
     net = TorchLlama(config, weights)
     wins = windows(ids, ctx)
@@ -54,14 +60,14 @@ def quantize_sequential(config: dict, weights: dict, ids: list[int], options: di
         raise ValueError("the calibration text is too short (needs at least 2 tokens)")
     tables = {w.shape[1]: net.rope_tables(w.shape[1]) for w in wins}
     out = {}
-    bar = tqdm(total=len(net.blocks) * len(LINEARS), desc="codebook error feedback", unit="linear", disable=not progress)
+    bar = tqdm(total=len(net.blocks) * len(LINEARS), desc=desc, unit="linear", disable=not progress)
 
     def quant(i, blk, names, xs):
         h = hessian(xs)
         for n in names:
             name = f"model.layers.{i}.{n}.weight"
             bar.set_postfix_str(name, refresh=False)
-            pw = CodebookWeight.quantize(blk[n].w.numpy(), **options, hessian=h, damp=damp)
+            pw = quantize_one(name, blk[n].w.numpy(), h)
             out[name] = pw
             blk.set_linear(n, DenseLinear(pw.dequantize()))
             bar.update(1)
@@ -83,6 +89,50 @@ def quantize_sequential(config: dict, weights: dict, ids: list[int], options: di
     return out
 
 
+NORM_OF = {"self_attn.q_proj": "input_layernorm", "self_attn.k_proj": "input_layernorm",
+           "self_attn.v_proj": "input_layernorm", "mlp.gate_proj": "post_attention_layernorm",
+           "mlp.up_proj": "post_attention_layernorm"}
+
+
+def rechoose_codes(config: dict, weights: dict, tuned: dict, ids: list[int], damp: float = 0.01, beam: int = 8,
+                   progress: bool = True) -> tuple[dict[str, CodebookWeight], int]:
+    """PV-tuning's discrete step after a fine-tune: every linear's codes chosen again by error feedback
+    (codebook_gptq.gptq_codes, act-order) with its fine-tuned codebooks and scales fixed, layer by layer through
+    the re-coded model; the new codes are kept where they lower the layer's output error tr(dW H dW^T).
+    tuned: HF name -> the fine-tuned CodebookWeight of every linear and float norm weight. The fine-tuned norms
+    move each normed linear's inputs, so its target is the float weight times norm_float / norm_tuned per input.
+    Returns (HF name -> CodebookWeight, how many linears took new codes)."""
+    from lowbit.formats.codebook_gptq import gptq_codes, output_error
+
+    eff = {**weights, **{n: v for n, v in tuned.items() if not isinstance(v, CodebookWeight)}}
+    for name, pw in tuned.items():
+        if not isinstance(pw, CodebookWeight):
+            continue
+        prefix, module, proj, _ = name.rsplit(".", 3)  # model.layers.3 self_attn q_proj weight
+        lin = f"{module}.{proj}"
+        if lin in NORM_OF:
+            norm = f"{prefix}.{NORM_OF[lin]}.weight"
+            orig, new = np.asarray(weights[norm], np.float64), np.asarray(tuned.get(norm, weights[norm]), np.float64)
+            ratio = np.divide(orig, new, out=np.zeros_like(orig), where=np.abs(new) > 1e-8)
+            eff[name] = (np.asarray(weights[name], np.float64) * ratio[None, :]).astype(np.float32)
+    changed = 0
+
+    def one(name, w, h):
+        nonlocal changed
+        old = tuned[name]
+        scales = old.scales()
+        idx, _ = gptq_codes(w, h, old._cb, old.group, beam, damp, act_order=True, scales=scales)
+        new = CodebookWeight.from_parts(idx, scales, old.codebooks, old.group, k=old.shape[1], **old.meta_extra)
+        if output_error(w, new.dequantize(), h) < output_error(w, old.dequantize(), h):
+            changed += 1
+            return new
+        return old
+
+    out = quantize_sequential(config, eff, ids, {}, damp=damp, progress=progress, quantize_one=one,
+                              desc="codebook codes again (PV)")
+    return out, changed
+
+
 def trainable(student: TorchLlama) -> list[torch.nn.Parameter]:
     """Codebooks, scales, norms: the parameters the fine-tune moves (everything else is frozen)."""
     params = []
@@ -102,14 +152,47 @@ def kd_loss(student: TorchLlama, teacher: TorchLlama, batch: torch.Tensor) -> to
     return (t.exp() * (t - s)).sum(-1).mean()
 
 
+def lr_factor(step: int, steps: int, warmup: int, schedule: str) -> float:
+    """The learning rate's multiplier at `step` (0-based) of `steps`: linear warm-up over `warmup` steps, then
+    constant or a cosine down to 0 at the last step."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if schedule == "constant":
+        return 1.0
+    span = max(steps - warmup, 1)
+    return 0.5 * (1.0 + np.cos(np.pi * (step - warmup) / span))
+
+
+def window(data: torch.Tensor, more: list[torch.Tensor], seq: int, extra_frac: float,
+           gen: torch.Generator) -> torch.Tensor:
+    """One training window [<= seq]: from a random one of `more` with probability extra_frac, else from data."""
+    src = data
+    if float(torch.rand((), generator=gen)) < extra_frac:
+        src = more[int(torch.randint(0, len(more), (), generator=gen))]
+    n = min(seq, len(src))
+    s = int(torch.randint(0, len(src) - n + 1, (), generator=gen))
+    return src[s:s + n]
+
+
 def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: int, seq: int = 256, batch: int = 1,
-             lr: float = 1e-3, seed: int = 0, progress: bool = True) -> list[float]:
+             lr: float = 1e-3, seed: int = 0, progress: bool = True, schedule: str = "constant", warmup: int = 0,
+             extra: list[list[int]] | None = None, extra_frac: float = 0.0) -> list[float]:
     """Trains student's codebooks, scales and norms towards teacher on windows of ids; returns the KD loss of
-    each step (before its update). lr is relative: each tensor's Adam step size is lr times its RMS."""
+    each step (before its update). lr is relative: each tensor's Adam step size is lr times its RMS, times
+    lr_factor(schedule, warmup). extra: more token sequences (e.g. kd_data.teacher_samples); each window comes from
+    one of them with probability extra_frac (a seeded draw per step), else from ids."""
     from tqdm.auto import tqdm
 
-    if steps < 0 or seq < 2 or batch < 1:
-        raise ValueError(f"finetune needs steps >= 0, seq >= 2, batch >= 1 (got {steps}, {seq}, {batch})")
+    if steps < 0 or seq < 2 or batch < 1 or warmup < 0:
+        raise ValueError(f"finetune needs steps >= 0, seq >= 2, batch >= 1, warmup >= 0 (got {steps}, {seq}, {batch}, "
+                         f"{warmup})")
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"unknown fine-tune schedule {schedule!r}; choose constant or cosine")
+    if not 0.0 <= extra_frac <= 1.0:
+        raise ValueError(f"extra_frac must be in [0, 1], got {extra_frac}")
+    extra = [e for e in (extra or []) if len(e) >= 2]
+    if extra_frac and not extra:
+        raise ValueError("extra_frac > 0 needs extra sequences of at least 2 tokens")
     seq = min(seq, len(ids))
     if seq < 2:
         raise ValueError("the calibration text is too short to fine-tune on (needs at least 2 tokens)")
@@ -121,16 +204,23 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
     for p in params:
         p.requires_grad_(True)
     # one group per tensor, its step size relative to the tensor's RMS (scales ~1e-2, codebooks and norms ~1)
-    opt = torch.optim.Adam([{"params": [p], "lr": lr * max(float(p.detach().pow(2).mean().sqrt()), 1e-8)}
-                            for p in params])
+    base = [lr * max(float(p.detach().pow(2).mean().sqrt()), 1e-8) for p in params]
+    opt = torch.optim.Adam([{"params": [p], "lr": b} for p, b in zip(params, base)])
     gen = torch.Generator().manual_seed(int(seed))
     data = torch.tensor(ids, dtype=torch.long)
+    more = [torch.tensor(e, dtype=torch.long) for e in extra]
     losses = []
     bar = tqdm(range(steps), desc="codebook fine-tune (KD)", unit="step", disable=not progress)
-    for _ in bar:
-        starts = torch.randint(0, len(ids) - seq + 1, (batch,), generator=gen)
-        x = torch.stack([data[s:s + seq] for s in starts.tolist()])
-        loss = kd_loss(student, teacher, x)
+    for step in bar:
+        f = lr_factor(step, steps, warmup, schedule)
+        for group, b in zip(opt.param_groups, base):
+            group["lr"] = b * f
+        if not extra_frac:  # the windows of the calibration text alone (as before extra data existed)
+            starts = torch.randint(0, len(ids) - seq + 1, (batch,), generator=gen)
+            loss = kd_loss(student, teacher, torch.stack([data[s:s + seq] for s in starts.tolist()]))
+        else:
+            rows = [window(data, more, seq, extra_frac, gen) for _ in range(batch)]
+            loss = sum(kd_loss(student, teacher, r[None]) * r.numel() for r in rows) / sum(r.numel() for r in rows)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -162,14 +252,84 @@ def tune_model(ckpt, text: str, tokens: int, options: dict, error_feedback: bool
         stats = activation_stats(ckpt, text, tokens=tokens)
         out = {name: CodebookWeight.quantize(w, **options, importance=stats[name])
                for name, w in weights.items() if is_linear(name)}
-    if steps:
+    if steps or finetune_options.get("pv_steps"):
         from lowbit.io.convert import pack
 
         head = pack(weights.get(LM_HEAD, weights[EMBED]), lm_head_format).dequantize()
-        student = TorchLlama(config, {**weights, **out}, lm_head=head)
-        teacher = TorchLlama(config, weights)
-        opts = {"seed": options.get("seed", 0), **finetune_options}
-        finetune(student, teacher, ids, steps, progress=progress, **opts)
-        out = {name: lin.packed() for name, lin in student.codebook_linears().items()}
-        out.update(student.norms())
+        out = tune(config, weights, ckpt.tokenizer(), ids, out, head, steps,
+                   {"seed": options.get("seed", 0), **finetune_options}, damp, options.get("beam", 8), progress)[0]
     return out
+
+
+def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, head, steps: int,
+         finetune_options: dict, damp: float = 0.01, beam: int = 8, progress: bool = True) -> tuple[dict, list[float]]:
+    """The fine-tune of a quantized model: start (HF name -> CodebookWeight of every linear, and optionally
+    fine-tuned float norms) -> the same names and every norm, trained `steps` towards the float `weights` on the
+    calibration tokens ids, with the int8 lm_head `head` [vocab, hidden]; and the KD loss of every step.
+    finetune_options: finetune()'s (seq, batch, lr, seed, schedule, warmup, extra_frac), plus
+      teacher_tokens, teacher_len: that many tokens sampled from the teacher (kd_data.teacher_samples, in
+        sequences of teacher_len), the windows drawn from them with probability extra_frac;
+      pv_steps: after the fine-tune, PV-tuning's discrete step (rechoose_codes) and pv_steps more steps."""
+    from lowbit.io.kd_data import teacher_samples
+
+    opts = dict(finetune_options)
+    n_extra, length = int(opts.pop("teacher_tokens", 0)), int(opts.pop("teacher_len", 128))
+    pv_steps = int(opts.pop("pv_steps", 0))
+    extra = []
+    if n_extra and (steps or pv_steps):
+        extra = teacher_samples(config, weights, tokenizer, ids, n_extra, length=length, seed=opts.get("seed", 0),
+                                progress=progress)
+    if not extra:
+        opts["extra_frac"] = 0.0
+    teacher = TorchLlama(config, weights)
+    tuned, losses = dict(start), []
+    for i, n in enumerate((steps, pv_steps)):
+        if i == 1:
+            if not n:
+                break
+            tuned, changed = rechoose_codes(config, weights, tuned, ids, damp, beam, progress)
+            if progress:
+                n_lin = sum(isinstance(v, CodebookWeight) for v in tuned.values())
+                print(f"codebook PV step: new codes in {changed} of {n_lin} linears")
+        student = TorchLlama(config, {**weights, **tuned}, lm_head=head)
+        losses += finetune(student, teacher, ids, n, progress=progress, extra=extra, **opts)
+        tuned = {name: lin.packed() for name, lin in student.codebook_linears().items()}
+        tuned.update(student.norms())
+    return tuned, losses
+
+
+def finetune_dir(model_dir, source, out, text: str, tokens: int, steps: int, finetune_options: dict,
+                 progress: bool = True, overwrite: bool = False):
+    """Fine-tunes an existing codebook model directory again (its codes kept) towards its float source and writes
+    the result to out: every other tensor is copied as it is. For experiments: a fine-tune without redoing the
+    error feedback (convert() with finetune_steps=0 first)."""
+    from lowbit.io.calibrate import calibration_ids
+    from lowbit.io.checkpoint import LM_HEAD, open_checkpoint
+    from lowbit.io.modeldir import LowbitCheckpoint, ModelDirWriter
+    from lowbit.io.torch_llama import check_llama, dense
+
+    ck = LowbitCheckpoint(model_dir)
+    src = open_checkpoint(source)
+    config = dict(src.config)
+    check_llama(config)
+    names = ck.tensor_names()
+    mine = {name: ck.load(name) for name in names}
+    if not any(isinstance(v, CodebookWeight) for v in mine.values()):
+        raise ValueError(f"{model_dir}: no codebook weights to fine-tune")
+    ids = calibration_ids(src, text, tokens)
+    weights = {name: dense(src.load(name)) for name in src.tensor_names()}
+    start = {n: v for n, v in mine.items() if isinstance(v, CodebookWeight)}
+    start.update({n: dense(v) for n, v in mine.items() if "norm" in n})
+    fmt = ck.lowbit.get("format_options") or {}
+    done, losses = tune(config, weights, src.tokenizer(), ids, start, dense(mine[LM_HEAD]), steps, finetune_options,
+                        (ck.lowbit.get("error_feedback") or {}).get("damp", 0.01), fmt.get("beam", 8), progress)
+    del weights
+    meta = dict(ck.lowbit)
+    meta.pop("tensors", None)
+    meta.pop("version", None)
+    meta["finetune_again"] = {"from": str(model_dir), "steps": steps, **finetune_options}
+    with ModelDirWriter(out, overwrite=overwrite) as writer:
+        for name in names:
+            writer.add(name, done.get(name, mine[name]))
+        writer.finish({k: v for k, v in ck.config.items()}, ck.tokenizer(), meta)
+    return losses

@@ -61,17 +61,20 @@ class CodebookLinear(nn.Module):
     def __init__(self, pw: CodebookWeight):
         super().__init__()
         self.shape, self.group, self.kp, self.meta = pw.shape, pw.group, pw.kp, dict(pw.meta_extra)
-        self.register_buffer("codes", torch.from_numpy(pw.unpacked_codes().astype(np.int64)))  # [M, nseg, m]
+        # [M, nseg, m] uint8 (b <= 8): a quarter of int32, an eighth of int64; widened per use in weight()
+        self.register_buffer("codes", torch.from_numpy(np.ascontiguousarray(pw.unpacked_codes(), np.uint8)))
         self.books = nn.Parameter(torch.from_numpy(np.array(pw._cb, np.float32)))  # [m, 2^b, v]
         self.scales = nn.Parameter(torch.from_numpy(pw.scales()))  # [M, G]
 
     def weight(self) -> torch.Tensor:
         m = self.books.shape[0]
-        vec = F.embedding(self.codes[..., 0], self.books[0])  # [M, nseg, v]
+        vec = F.embedding(self.codes[..., 0].int(), self.books[0])  # [M, nseg, v]
         for i in range(1, m):
-            vec = vec + F.embedding(self.codes[..., i], self.books[i])
-        w = vec.reshape(self.shape[0], self.kp) * self.scales.repeat_interleave(self.group, dim=1)[:, :self.kp]
-        return w[:, :self.shape[1]]
+            vec = vec + F.embedding(self.codes[..., i].int(), self.books[i])
+        rows, groups = self.scales.shape
+        # scales broadcast over each group (not repeated to [M, Kp]: autograd would keep that copy too)
+        vec = F.pad(vec.reshape(rows, self.kp), (0, groups * self.group - self.kp)).view(rows, groups, self.group)
+        return (vec * self.scales[:, :, None]).view(rows, groups * self.group)[:, :self.shape[1]]
 
     def forward(self, x):
         return F.linear(x, self.weight())
@@ -80,7 +83,7 @@ class CodebookLinear(nn.Module):
         """The trained parameters, float16-rounded, with the original codes."""
         books = self.books.detach().numpy().astype(np.float16)
         scales = self.scales.detach().numpy().astype(np.float16)
-        return CodebookWeight.from_parts(self.codes.numpy().astype(np.uint8), scales, books, self.group,
+        return CodebookWeight.from_parts(self.codes.numpy().copy(), scales, books, self.group,
                                          k=self.shape[1], **self.meta)
 
 

@@ -215,9 +215,9 @@ void codebook_assign(const float* x, const float* wt, const float* booksT, int64
 int64_t codebook_table_floats(const CodebookWeights& w, int64_t N) {
   // psum tables of one group for N tokens, or the dequantize kernel's [8 rows][group] buffer
   if (w.lut4()) {
-    // int8 tables [N][Pp][16] + d [N] + a float build buffer [Pp][16]; dequantize: [32][group] + unpacked codes
+    // the psum tables (Lut4Scratch); dequantize: [32][group] + unpacked codes
     const int64_t pp = w.pairs_padded_full();
-    return std::max<int64_t>(N * pp * 4 + N + pp * 16, 32 * w.group + pp * 8) + 64;
+    return std::max<int64_t>(Lut4Scratch::floats(N, pp), 32 * w.group + pp * 8) + 64;
   }
   return std::max<int64_t>(N * w.segs_full() * w.m * w.nc, 8 * w.group) + 64;
 }

@@ -24,11 +24,19 @@
 // (q = s*m + i) padded to even (Pp; the pad pair has a zero table and code 0):
 //     codes: uint8 [G][Mt][Pp_g/2][32]  byte [p][j]: row j's code of pair 2p (low nibble), 2p+1 (high nibble)
 //     scale: f16 [G][Mt*32]
-// Per (token, group) the float tables are quantized with one scale d = max|T| / 127 (shared by the group's
-// tables so int lookups add exactly): Tq = round(T / d) in [-127, 127]. Per row and group the lookups add
-// in int16 (two lookups per vpmaddubsw lane: |sum| <= 254 per step; at most 128 steps = 256 pairs between
-// flushes to float, so |acc| <= 32512 < 32767), then y += s[r, grp] * d * acc. Error per output: at most
-// sum_grp |s[r, grp]| * P_grp * d_grp / 2 (each lookup is off by at most half a quantum).
+// Per (token, group) the float tables T_q (q < P) are quantized to int8 with a power-of-two scale per pair, so that
+// pairs with small psums (residual codebooks, segments away from the activation outliers) keep their precision:
+//     mx_q = max_c |T_q[c]|, mx = max_q mx_q, inv0 = 127 / mx                         (float32)
+//     f_q  = min(7, floor(log2(mx / mx_q)))   (the float32 quotient's exponent; 7 if mx_q == 0)
+//     A    = sum_q ceil(mx_q * inv0) over a window of 256 pairs (the most of any window), W = its pair count
+//     E    = the largest e in [0, 7] with 2^e * (2A + W) <= 65534
+//     e_q  = min(f_q, E);  Tq_q[c] = round(T_q[c] * inv0 * 2^e_q) in [-127, 127];  mult_q = 2^(E - e_q)
+// and y += s[r, grp] * d * sum_q mult_q Tq_q[code_q(r)] with d = mx / 127 / 2^E. The lookups of a code vector (pairs
+// 2p, 2p+1) are added by one vpmaddubsw with the unsigned multipliers (mult_2p, mult_2p+1) into int16 lanes;
+// |mult_q Tq_q| <= 2^E (ceil(mx_q inv0) + 1/2), so a window of 256 pairs (128 steps, then a flush to float) sums to
+// at most 2^E (A + W/2) <= 32767: no overflow, and E = 0 always qualifies (2 * 127 * 256 + 256 <= 65534).
+// Error per output: at most sum_grp |s[r, grp]| * sum_q (mx / 127 / 2^e_q) / 2 (half a quantum per lookup), never
+// more than the single-scale bound sum_grp |s[r, grp]| * P_grp * (mx / 127) / 2.
 #pragma once
 #include <cstdint>
 
@@ -81,8 +89,32 @@ void codebook_lut4_psum_avx2(const CodebookWeights&, const float*, int64_t, int6
                              int64_t, float*, int64_t, float*);
 void codebook_lut4_dequant_avx2(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
                                 int64_t, float*, int64_t, float*);
-// one token's int8 tables of group grp: Tq [pairs_padded(grp)][16], returns d (scalar reference build)
-float codebook_lut4_tables_scalar(const CodebookWeights& w, const float* xg, int64_t grp, float* tf, int8_t* Tq);
+// the per-pair scales above: mxq [P] -> invq [P] (inv0 * 2^e_q), mult [Pp/2] (code vector p: bytes mult_2p,
+// mult_2p+1, mult_2p, mult_2p+1; the pad pair's 1); returns E (shared by the AVX2 kernel and its scalar twin)
+int codebook_lut4_scales(const float* mxq, int64_t P, int64_t Pp, float mx, float* invq, uint32_t* mult);
+// a kernel's scratch for N tokens' tables (codebook_table_floats): tabs [N][ppf][16] int8, mults [N][ppf/2],
+// d [N], float tables tf [ppf][16], mxq [ppf], invq [ppf]
+struct Lut4Scratch {
+  int8_t* tab;
+  uint32_t* mult;
+  float *d, *tf, *mxq, *invq;
+  int64_t ppf;
+  // mults and mxq/invq padded by 8 pairs: the AVX2 scales work on 8 pairs at a time
+  Lut4Scratch(float* s, int64_t N, int64_t ppf_) : ppf(ppf_) {
+    tab = reinterpret_cast<int8_t*>(s);
+    mult = reinterpret_cast<uint32_t*>(s + N * ppf * 4);
+    d = s + N * ppf * 4 + N * (ppf / 2 + 4);
+    tf = d + N;
+    mxq = tf + ppf * 16;
+    invq = mxq + ppf + 8;
+  }
+  static int64_t floats(int64_t N, int64_t ppf) { return N * ppf * 4 + N * (ppf / 2 + 4) + N + ppf * 18 + 16; }
+  int8_t* tabs(int64_t n) const { return tab + n * ppf * 16; }
+  uint32_t* mults(int64_t n) const { return mult + n * (ppf / 2 + 4); }
+};
+// one token's int8 tables of group grp: Tq [pairs_padded(grp)][16] and multipliers, returns d (the scalar build)
+float codebook_lut4_tables_scalar(const CodebookWeights& w, const float* xg, int64_t grp, Lut4Scratch& sb, int8_t* Tq,
+                                  uint32_t* mult);
 // a 32-row tile's nibble codes [Pp/2][32] -> bytes [P][32] (code of pair q, row j at [q][j])
 void codebook_lut4_unpack(const uint8_t* tc, int64_t P, uint8_t* out);
 

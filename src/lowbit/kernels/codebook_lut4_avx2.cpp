@@ -1,12 +1,13 @@
 // codebook b == 4 with AVX2 (layout and error bound in codebook.h): the register-table Psumbook.
 //
-// A group's 16-entry psum tables are quantized to int8 with one scale per (token, group); per pair of
-// (segment, codebook) tables, one 32-byte load gives 32 rows' codes of both (low/high nibbles), two vpshufb
-// look up 64 psums, vpunpck{l,h}bw interleave the two lookups of each row and vpmaddubsw (x 1) adds them
-// into int16: 11 vector ops per 64 lookups, no gathers, no scalar loads.
+// A group's 16-entry psum tables are quantized to int8 with a power-of-two scale per (segment, codebook) pair
+// (codebook.h); per two pairs, one 32-byte load gives 32 rows' codes of both (low/high nibbles), two vpshufb
+// look up 64 psums, vpunpck{l,h}bw interleave the two lookups of each row and vpmaddubsw (x the pairs'
+// multipliers) adds them into int16: 11 vector ops per 64 lookups, no gathers, no scalar loads.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "codebook.h"
@@ -15,52 +16,107 @@
 namespace lowbit {
 namespace {
 
-// One token's tables of group grp: Tq [Pp][16] int8 (the pad pair zero); returns d = max|T| / 127.
-float build_tables_lut4(const CodebookWeights& w, const float* xg, int64_t grp, float* tf, int8_t* Tq) {
-  const int64_t S = w.segs(grp), m = w.m, v = w.v, P = S * m;
+// float tables T[q][16] of pairs q = s*m + i (V inputs per segment; V = 0: w.v at run time) -> tf, the per-pair
+// maxima |T| -> mxq; returns the vector of running maxima.
+template <int V>
+__m256 float_tables_lut4(const CodebookWeights& w, const float* xg, int64_t S, float* tf, float* mxq) {
+  const int64_t m = w.m, v = V ? V : w.v;
   __m256 amax = _mm256_setzero_ps();
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   for (int64_t s = 0; s < S; ++s) {
     const float* xs = xg + s * v;
     for (int64_t i = 0; i < m; ++i) {
       const float* cb = w.cbT + i * v * 16;
-      __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(cb), _mm256_set1_ps(xs[0]));
-      __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(cb + 8), _mm256_set1_ps(xs[0]));
+      __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(cb), _mm256_broadcast_ss(xs));
+      __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(cb + 8), _mm256_broadcast_ss(xs));
+#pragma GCC unroll 8
       for (int64_t d = 1; d < v; ++d) {
-        const __m256 xd = _mm256_set1_ps(xs[d]);
+        const __m256 xd = _mm256_broadcast_ss(xs + d);
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(cb + d * 16), xd, a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(cb + d * 16 + 8), xd, a1);
       }
       float* t = tf + (s * m + i) * 16;
       _mm256_storeu_ps(t, a0);
       _mm256_storeu_ps(t + 8, a1);
-      amax = _mm256_max_ps(amax, _mm256_max_ps(_mm256_and_ps(a0, absmask), _mm256_and_ps(a1, absmask)));
+      const __m256 pm = _mm256_max_ps(_mm256_and_ps(a0, absmask), _mm256_and_ps(a1, absmask));
+      amax = _mm256_max_ps(amax, pm);
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(pm), _mm256_extractf128_ps(pm, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      mxq[s * m + i] = _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
     }
   }
+  return amax;
+}
+
+// codebook_lut4_scales (codebook_scalar.cpp) on 8 pairs at a time, bit for bit the same: mxq [P] (read up to
+// Pp rounded up to 8, zeroed here past P) -> invq, mult; returns E.
+int lut4_scales_avx2(float* mxq, int64_t P, int64_t Pp, float mx, float* invq, uint32_t* mult) {
+  const int64_t P8 = (Pp + 7) & ~int64_t(7);
+  for (int64_t q = P; q < P8; ++q) mxq[q] = 0.f;
+  const float inv0 = mx > 0.f ? 127.f / mx : 0.f;
+  const __m256 vinv0 = _mm256_set1_ps(inv0), vmx = _mm256_set1_ps(mx);
+  int64_t A = 0, W = 0;
+  for (int64_t q0 = 0; q0 < Pp; q0 += 256) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int64_t q = q0; q < std::min(P8, q0 + 256); q += 8)
+      acc = _mm256_add_epi32(acc, _mm256_cvttps_epi32(_mm256_ceil_ps(_mm256_mul_ps(_mm256_loadu_ps(mxq + q), vinv0))));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    A = std::max<int64_t>(A, _mm_cvtsi128_si32(h));
+    W = std::max(W, std::min(Pp, q0 + 256) - q0);
+  }
+  int E = 7;
+  while (E > 0 && (int64_t(2) * A + W) << E > 65534) --E;
+  const __m256i vE = _mm256_set1_epi32(E), one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(127);
+  const __m256i evens = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  for (int64_t q = 0; q < P8; q += 8) {
+    // floor(log2(mx / mx_q)) from the quotient's exponent field (inf, NaN: 128); zero tables: E
+    const __m256 quot = _mm256_div_ps(vmx, _mm256_loadu_ps(mxq + q));
+    const __m256i f = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(quot), 23), bias);
+    const __m256i e = _mm256_min_epi32(f, vE);
+    _mm256_storeu_ps(invq + q, _mm256_mul_ps(vinv0, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, bias), 23))));
+    const __m256i mu = _mm256_sllv_epi32(one, _mm256_sub_epi32(vE, e));      // 8 multipliers (<= 128)
+    __m256i x = _mm256_or_si256(mu, _mm256_srli_epi64(mu, 24));                // low dword: m_2p | m_2p+1 << 8
+    x = _mm256_or_si256(x, _mm256_slli_epi32(x, 16));
+    _mm_storeu_si128((__m128i*)(mult + q / 2), _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(x, evens)));
+  }
+  return E;
+}
+
+// One token's tables of group grp (codebook.h "b == 4"): Tq [Pp][16] int8 (the pad pair zero), mult [Pp/2]
+// the vpmaddubsw multipliers of each code vector; returns d, the int16 accumulator's unit.
+float build_tables_lut4(const CodebookWeights& w, const float* xg, int64_t grp, float* tf, float* mxq, float* invq,
+                        int8_t* Tq, uint32_t* mult) {
+  const int64_t S = w.segs(grp), P = S * w.m, Pp = w.pairs_padded(grp);
+  const __m256 amax = w.v == 8   ? float_tables_lut4<8>(w, xg, S, tf, mxq)
+                      : w.v == 4 ? float_tables_lut4<4>(w, xg, S, tf, mxq)
+                                 : float_tables_lut4<0>(w, xg, S, tf, mxq);
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
   const float mx = _mm_cvtss_f32(h);
-  const __m256 inv = _mm256_set1_ps(mx > 0.f ? 127.f / mx : 0.f);
+  const int E = lut4_scales_avx2(mxq, P, Pp, mx, invq, mult);
   for (int64_t q = 0; q < P; ++q) {
+    const __m256 inv = _mm256_set1_ps(invq[q]);
     const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(tf + q * 16), inv));
     const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(tf + q * 16 + 8), inv));
     const __m128i w0 = _mm_packs_epi32(_mm256_castsi256_si128(i0), _mm256_extracti128_si256(i0, 1));
     const __m128i w1 = _mm_packs_epi32(_mm256_castsi256_si128(i1), _mm256_extracti128_si256(i1, 1));
     _mm_storeu_si128((__m128i*)(Tq + q * 16), _mm_packs_epi16(w0, w1));
   }
-  if (w.pairs_padded(grp) > P) std::memset(Tq + P * 16, 0, 16);
-  return mx / 127.f;
+  if (Pp > P) std::memset(Tq + P * 16, 0, 16);
+  return mx / 127.f / (float)(1u << E);
 }
 
 constexpr int LUT4_TILES = 2;  // row tiles per table load (4 measured no faster on Zen 3, noisy machine)
 
-// 32 rows x one token: y[r] += s[r] * d * sum_q Tq[q][code(r, q)] over Pp pairs (Pp/2 code vectors).
+// 32 rows x one token: y[r] += s[r] * d * sum_q mult_q Tq[q][code(r, q)] over Pp pairs (Pp/2 code vectors).
 // TILES row tiles share each table load (codes of tile t at tc + t * tstride).
 template <int TILES>
-inline void lookup_lut4(const uint8_t* tc, int64_t tstride, int64_t half, const int8_t* Tq, float d,
-                        const uint16_t* sc, float* dst) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi8(1);
+inline void lookup_lut4(const uint8_t* tc, int64_t tstride, int64_t half, const int8_t* Tq, const uint32_t* mult,
+                        float d, const uint16_t* sc, float* dst) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
   __m256 f[TILES][4];
   for (int t = 0; t < TILES; ++t)
     for (int k = 0; k < 4; ++k) f[t][k] = _mm256_setzero_ps();
@@ -71,14 +127,15 @@ inline void lookup_lut4(const uint8_t* tc, int64_t tstride, int64_t half, const 
     for (int64_t p = p0; p < p1; ++p) {
       const __m256i ta = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(Tq + p * 32)));
       const __m256i tb = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(Tq + p * 32 + 16)));
+      const __m256i mu = _mm256_set1_epi32((int32_t)mult[p]);  // (mult 2p, mult 2p+1) per int16 lane
 #pragma GCC unroll 4
       for (int t = 0; t < TILES; ++t) {
         const __m256i c = _mm256_loadu_si256((const __m256i*)(tc + t * tstride + p * 32));
         const __m256i la = _mm256_shuffle_epi8(ta, _mm256_and_si256(c, low4));
         const __m256i lb = _mm256_shuffle_epi8(tb, _mm256_and_si256(_mm256_srli_epi16(c, 4), low4));
         // rows 0-7 | 16-23 and 8-15 | 24-31: each int16 lane is one row's two lookups
-        a0[t] = _mm256_add_epi16(a0[t], _mm256_maddubs_epi16(ones, _mm256_unpacklo_epi8(la, lb)));
-        a1[t] = _mm256_add_epi16(a1[t], _mm256_maddubs_epi16(ones, _mm256_unpackhi_epi8(la, lb)));
+        a0[t] = _mm256_add_epi16(a0[t], _mm256_maddubs_epi16(mu, _mm256_unpacklo_epi8(la, lb)));
+        a1[t] = _mm256_add_epi16(a1[t], _mm256_maddubs_epi16(mu, _mm256_unpackhi_epi8(la, lb)));
       }
     }
     for (int t = 0; t < TILES; ++t) {
@@ -121,12 +178,11 @@ inline void dot8(const float* buf, int64_t ld, int64_t n, const float* xs, float
 void codebook_lut4_psum_avx2(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0,
                              int64_t g1, int64_t t0, int64_t t1, float* yp, int64_t ldy, float* scratch) {
   const int64_t ppf = w.pairs_padded_full();
-  int8_t* tabs = reinterpret_cast<int8_t*>(scratch);  // [N][ppf][16]
-  float* dn = scratch + N * ppf * 4;                   // [N]
-  float* tf = dn + N;                                  // [ppf][16]
+  Lut4Scratch sb(scratch, N, ppf);
   for (int64_t grp = g0; grp < g1; ++grp) {
     const int64_t Pp = w.pairs_padded(grp), half = Pp / 2, tstride = half * 32;
-    for (int64_t n = 0; n < N; ++n) dn[n] = build_tables_lut4(w, x + n * ldx + grp * w.group, grp, tf, tabs + n * ppf * 16);
+    for (int64_t n = 0; n < N; ++n)
+      sb.d[n] = build_tables_lut4(w, x + n * ldx + grp * w.group, grp, sb.tf, sb.mxq, sb.invq, sb.tabs(n), sb.mults(n));
     const uint16_t* sc = w.scale + grp * w.Mt * 32;
     const uint8_t* gc = w.group_codes(grp);
     int64_t tile = t0;
@@ -136,11 +192,13 @@ void codebook_lut4_psum_avx2(const CodebookWeights& w, const float* x, int64_t l
       const uint8_t* here = gc + tile * tstride;
       for (int64_t l = 0; l < LUT4_TILES * tstride; l += 64) _mm_prefetch(prefetch_target(here + l, last), _MM_HINT_T0);
       for (int64_t n = 0; n < N; ++n)
-        lookup_lut4<LUT4_TILES>(gc + tile * tstride, tstride, half, tabs + n * ppf * 16, dn[n], sc + tile * 32, yp + n * ldy + tile * 32);
+        lookup_lut4<LUT4_TILES>(gc + tile * tstride, tstride, half, sb.tabs(n), sb.mults(n), sb.d[n], sc + tile * 32,
+                                yp + n * ldy + tile * 32);
     }
     for (; tile < t1; ++tile)
       for (int64_t n = 0; n < N; ++n)
-        lookup_lut4<1>(gc + tile * tstride, tstride, half, tabs + n * ppf * 16, dn[n], sc + tile * 32, yp + n * ldy + tile * 32);
+        lookup_lut4<1>(gc + tile * tstride, tstride, half, sb.tabs(n), sb.mults(n), sb.d[n], sc + tile * 32,
+                       yp + n * ldy + tile * 32);
   }
 }
 

@@ -9,22 +9,63 @@
 
 namespace lowbit {
 
-float codebook_lut4_tables_scalar(const CodebookWeights& w, const float* xg, int64_t grp, float* tf, int8_t* Tq) {
+int codebook_lut4_scales(const float* mxq, int64_t P, int64_t Pp, float mx, float* invq, uint32_t* mult) {
+  // exact float ops only (products with powers of two, exponent fields), so the AVX2 kernel, this twin and the
+  // tests' numpy emulation agree bit for bit on the same tables
+  const float inv0 = mx > 0.f ? 127.f / mx : 0.f;
+  int64_t A = 0, W = 0;  // the largest window sum of ceil(mx_q * inv0) and the largest window's pair count
+  for (int64_t q0 = 0; q0 < Pp; q0 += 256) {
+    int64_t a = 0;
+    for (int64_t q = q0; q < std::min(P, q0 + 256); ++q) {
+      const float t = mxq[q] * inv0;  // in [0, 127]
+      const int64_t c = (int64_t)t;
+      a += c + ((float)c < t);
+    }
+    A = std::max(A, a);
+    W = std::max(W, std::min(Pp, q0 + 256) - q0);
+  }
+  int E = 7;
+  while (E > 0 && (int64_t(2) * A + W) << E > 65534) --E;
+  uint32_t mq[2];
+  for (int64_t q = 0; q < Pp; ++q) {
+    int e = E;  // the pad pair (zero table) and zero tables: the finest step, multiplier 1
+    if (q < P && mxq[q] > 0.f) {
+      const float quot = mx / mxq[q];  // >= 1; floor(log2) is its exponent field (inf: 128)
+      uint32_t bits;
+      std::memcpy(&bits, &quot, 4);
+      e = std::min<int>(E, (int)((bits >> 23) & 0xff) - 127);
+    }
+    if (q < P) invq[q] = inv0 * (float)(1u << e);
+    mq[q & 1] = 1u << (E - e);
+    if (q & 1) mult[q / 2] = mq[0] | mq[1] << 8 | mq[0] << 16 | mq[1] << 24;
+  }
+  return E;
+}
+
+float codebook_lut4_tables_scalar(const CodebookWeights& w, const float* xg, int64_t grp, Lut4Scratch& sb, int8_t* Tq,
+                                  uint32_t* mult) {
   const int64_t P = w.segs(grp) * w.m, Pp = w.pairs_padded(grp);
   float amax = 0.f;
   for (int64_t q = 0; q < P; ++q) {
     const int64_t s = q / w.m, i = q % w.m;
+    float pm = 0.f;
     for (int c = 0; c < 16; ++c) {
       float acc = 0.f;
       for (int64_t d = 0; d < w.v; ++d) acc += w.cbT[(i * w.v + d) * 16 + c] * xg[s * w.v + d];
-      tf[q * 16 + c] = acc;
-      amax = std::max(amax, std::fabs(acc));
+      sb.tf[q * 16 + c] = acc;
+      pm = std::max(pm, std::fabs(acc));
     }
+    sb.mxq[q] = pm;
+    amax = std::max(amax, pm);
   }
-  const float d = amax / 127.f, inv = amax > 0.f ? 127.f / amax : 0.f;
-  for (int64_t e = 0; e < P * 16; ++e) Tq[e] = (int8_t)std::nearbyint(tf[e] * inv);
+  const int E = codebook_lut4_scales(sb.mxq, P, Pp, amax, sb.invq, mult);
+  for (int64_t q = 0; q < P; ++q)
+    for (int c = 0; c < 16; ++c) {
+      const float t = std::nearbyint(sb.tf[q * 16 + c] * sb.invq[q]);
+      Tq[q * 16 + c] = (int8_t)std::max(-127.f, std::min(127.f, t));
+    }
   if (Pp > P) std::memset(Tq + P * 16, 0, 16);
-  return d;
+  return amax / 127.f / (float)(1u << E);
 }
 
 void codebook_lut4_unpack(const uint8_t* tc, int64_t P, uint8_t* out) {
@@ -34,23 +75,22 @@ void codebook_lut4_unpack(const uint8_t* tc, int64_t P, uint8_t* out) {
 
 void codebook_lut4_psum_scalar(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0,
                                int64_t g1, int64_t t0, int64_t t1, float* yp, int64_t ldy, float* scratch) {
-  const int64_t ppf = w.pairs_padded_full();
-  int8_t* tabs = reinterpret_cast<int8_t*>(scratch);  // [N][ppf][16]
-  float* dn = scratch + N * ppf * 4;                   // [N]
-  float* tf = dn + N;                                  // [ppf][16]
+  Lut4Scratch sb(scratch, N, w.pairs_padded_full());
   for (int64_t grp = g0; grp < g1; ++grp) {
     const int64_t P = w.segs(grp) * w.m, Pp = w.pairs_padded(grp);
     for (int64_t n = 0; n < N; ++n)
-      dn[n] = codebook_lut4_tables_scalar(w, x + n * ldx + grp * w.group, grp, tf, tabs + n * ppf * 16);
+      sb.d[n] = codebook_lut4_tables_scalar(w, x + n * ldx + grp * w.group, grp, sb, sb.tabs(n), sb.mults(n));
     const uint16_t* sc = w.scale + grp * w.Mt * 32;
     for (int64_t tile = t0; tile < t1; ++tile) {
       const uint8_t* tc = w.group_codes(grp) + tile * Pp * 16;
       for (int64_t n = 0; n < N; ++n) {
-        const int8_t* T = tabs + n * ppf * 16;
+        const int8_t* T = sb.tabs(n);
+        const uint8_t* mb = reinterpret_cast<const uint8_t*>(sb.mults(n));  // byte 4p + (q & 1): pair q's multiplier
         for (int j = 0; j < 32; ++j) {
           int32_t acc = 0;
-          for (int64_t q = 0; q < P; ++q) acc += T[q * 16 + ((tc[(q / 2) * 32 + j] >> (4 * (q & 1))) & 15)];
-          yp[n * ldy + tile * 32 + j] += f16_to_f32(sc[tile * 32 + j]) * dn[n] * (float)acc;
+          for (int64_t q = 0; q < P; ++q)
+            acc += mb[(q / 2) * 4 + (q & 1)] * T[q * 16 + ((tc[(q / 2) * 32 + j] >> (4 * (q & 1))) & 15)];
+          yp[n * ldy + tile * 32 + j] += f16_to_f32(sc[tile * 32 + j]) * sb.d[n] * (float)acc;
         }
       }
     }

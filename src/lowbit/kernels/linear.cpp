@@ -11,6 +11,9 @@ namespace lowbit {
 namespace {
 constexpr int64_t kFloatBlocksPerTask = 8;
 constexpr int64_t kTokChunk = 64;  // prefill: tokens per task, so a small M still feeds every thread
+// From this many rows a GEMM is bound by compute, not by the weight stream (ternary: 8 tokens x 4 codes a
+// byte = 32 MACs per byte read, ~0.9 T MAC/s at 28 GB/s, against an int8 roof of ~0.3 T MAC/s on 2 cores).
+constexpr int64_t kComputeBoundRows = 8;
 // What a thread prefetches of its run of the next matrix while it waits (the join, a worker's wait through
 // the caller's serial stretch): about what one core streams in ~10 us, a quarter of its L2. Issued in
 // slices between checks for the next run (thread_pool.cpp), so a large budget delays nothing.
@@ -28,6 +31,12 @@ IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTa
   j.bounds.push_back(0);
   if (j.n_tok_chunks > 1) {  // prefill: compute-bound, one block per task
     for (int64_t b = 1; b <= w.Mb; ++b) j.bounds.push_back(b);
+  } else if (a.N >= kComputeBoundRows) {
+    // A batched decode step (8-64 rows): bound by compute like prefill, so no long streams to keep; ~8 short
+    // runs a thread, handed out in order, let a thread that fell behind (a shared core) be caught up by the
+    // others instead of holding the join for the rest of its long run.
+    const int64_t run = std::max<int64_t>(1, w.Mb / (8 * pool_threads()));
+    for (int64_t b = run; b < w.Mb + run; b += run) j.bounds.push_back(std::min(b, w.Mb));
   } else {
     // T long runs over ~80 % of the blocks (each thread streams one contiguous range), then shrinking runs
     // for the tail: each 1/(4T) of what is left, at least one block, so threads reach the join together
