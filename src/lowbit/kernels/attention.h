@@ -31,8 +31,16 @@ constexpr int64_t kAttnBlockQueries = 32;
 // the two threads); 64 positions of K/V are >= 16 KB, enough to pay for the merge.
 constexpr int64_t kAttnSplitMin = 64;
 
+// Work that must precede the attention of kv head h (a decode step's RoPE and cache write of that head's
+// q and k/v): fn(ctx, h) runs at the start of h's task, on the pool, when h is one task (one row, its
+// context not split); otherwise for every head on the caller before the pool run.
+struct AttnPrep {
+  void (*fn)(void* ctx, int64_t kv_head) = nullptr;
+  void* ctx = nullptr;
+};
+
 // split_min: as kAttnSplitMin (tests pass small values to exercise the merge); 0: never split.
 void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next = nullptr,
-               int64_t split_min = kAttnSplitMin);
+               int64_t split_min = kAttnSplitMin, const AttnPrep* prep = nullptr);
 
 }  // namespace lowbit
