@@ -22,12 +22,14 @@ struct AttnPlan {
   std::vector<float> po, pm;      // [chunks][group][hd] unnormalized outputs, [chunks][group][2] max and sum
   std::vector<std::pair<int64_t, int64_t>> blocks;  // (first row, rows)
   std::vector<const AttnTask*> of_chunk;            // [chunks]
+  const AttnPrep* prep = nullptr;                   // run at the start of each task (one task per kv head)
 };
 
 void attn_task(void* p, int64_t t) {
   const AttnPlan& P = *static_cast<const AttnPlan*>(p);
   const AttnCall& c = *P.c;
   const AttnTask& T = P.tasks[t];
+  if (P.prep) P.prep->fn(P.prep->ctx, T.h);
   const int64_t QD = c.heads * c.hd, G = c.heads / c.n_kv;
   const int64_t off = (c.slot[T.r0] * c.slot_stride + T.h * c.max_ctx * c.hd) * (c.f16 ? 2 : 4);
   AttnBlock b{};
@@ -57,10 +59,12 @@ void attn_task(void* p, int64_t t) {
 
 }  // namespace
 
-void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next, int64_t split_min) {
+void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next, int64_t split_min,
+               const AttnPrep* prep) {
   thread_local AttnPlan P;
   P.c = &c;
   P.ops = &ops;
+  P.prep = nullptr;
   P.tasks.clear();
   P.clo.clear();
   P.chi.clear();
@@ -105,6 +109,13 @@ void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next,
   // longest first: the pool hands tasks out in order, so the long ones do not end up last
   std::stable_sort(P.tasks.begin(), P.tasks.end(), [](const AttnTask& a, const AttnTask& b) { return a.cost > b.cost; });
   const int64_t chunks = (int64_t)P.clo.size();
+  if (prep && prep->fn) {
+    if (R == 1 && chunks == 0) {
+      P.prep = prep;  // one task per kv head: each runs its head's prep first
+    } else {
+      for (int64_t h = 0; h < c.n_kv; ++h) prep->fn(prep->ctx, h);
+    }
+  }
   P.po.resize(chunks * G * hd);
   P.pm.resize(chunks * G * 2);
   pool_run((int64_t)P.tasks.size(), attn_task, &P, next);

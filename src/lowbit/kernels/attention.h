@@ -22,14 +22,25 @@ struct AttnCall {
   float softcap;              // > 0: Gemma 2's score cap
 };
 
-constexpr int64_t kAttnBlockQueries = 16;
+// Prefill at bitnet-0.7b (128 queries, 16 heads, hd 96, f16 cache; 1 thread, thread CPU time,
+// /tmp/pf/attp.py): 8 queries 10.9, 16 12.3, 32 13.2, 64 13.0 G MAC/s. The block does not change a row's
+// bits (every row meets the same tiles in the same order).
+constexpr int64_t kAttnBlockQueries = 32;
 // A lone row (decode) is cut into chunks of at least this many positions when the kv heads alone give the
 // pool fewer than 4 tasks per thread: at 2 threads, bitnet-2b's 5 kv heads become 10 tasks (not 3 + 2 on
 // the two threads); 64 positions of K/V are >= 16 KB, enough to pay for the merge.
 constexpr int64_t kAttnSplitMin = 64;
 
+// Work that must precede the attention of kv head h (a decode step's RoPE and cache write of that head's
+// q and k/v): fn(ctx, h) runs at the start of h's task, on the pool, when h is one task (one row, its
+// context not split); otherwise for every head on the caller before the pool run.
+struct AttnPrep {
+  void (*fn)(void* ctx, int64_t kv_head) = nullptr;
+  void* ctx = nullptr;
+};
+
 // split_min: as kAttnSplitMin (tests pass small values to exercise the merge); 0: never split.
 void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next = nullptr,
-               int64_t split_min = kAttnSplitMin);
+               int64_t split_min = kAttnSplitMin, const AttnPrep* prep = nullptr);
 
 }  // namespace lowbit

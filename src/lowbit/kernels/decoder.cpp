@@ -134,35 +134,43 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
       run_linears(lins, ys, 3, xn, R, act_);
     }
     laps.lap(kProfGemv);
-    for_rows(R, [&](int64_t r) {
+    // q/k norms, RoPE, q's scale and the cache write of row r's kv head h and its group of q heads
+    const int64_t G = s_.n_heads / s_.n_kv;
+    auto prep = [&](int64_t r, int64_t h) {
       const float* C = C_ + pos[r] * hd;
       const float* S = S_ + pos[r] * hd;
-      float* qr = q + r * QD;
-      float* kr = k + r * KD;
-      const float* vr = v + r * KD;
-      if (L.q_norm) norm_heads(ops, qr, s_.n_heads, hd, L.q_norm, eps);
-      if (L.k_norm) norm_heads(ops, kr, s_.n_kv, hd, L.k_norm, eps);
-      rope(qr, s_.n_heads, hd, C, S);
-      rope(kr, s_.n_kv, hd, C, S);
-      for (int64_t i = 0; i < QD; ++i) qr[i] *= qscale;
-      for (int64_t h = 0; h < s_.n_kv; ++h) {
-        const int64_t at = slot[r] * slot_stride_ + (h * s_.max_ctx + pos[r]) * hd;
-        if (s_.kv_f16) {
-          ops.f32_to_f16_row(kr + h * hd, static_cast<uint16_t*>(L.kc) + at, hd);
-          ops.f32_to_f16_row(vr + h * hd, static_cast<uint16_t*>(L.vc) + at, hd);
-        } else {
-          std::copy(kr + h * hd, kr + (h + 1) * hd, static_cast<float*>(L.kc) + at);
-          std::copy(vr + h * hd, vr + (h + 1) * hd, static_cast<float*>(L.vc) + at);
-        }
+      float* qh = q + r * QD + h * G * hd;
+      float* kh = k + r * KD + h * hd;
+      const float* vh = v + r * KD + h * hd;
+      if (L.q_norm) norm_heads(ops, qh, G, hd, L.q_norm, eps);
+      if (L.k_norm) norm_heads(ops, kh, 1, hd, L.k_norm, eps);
+      rope(qh, G, hd, C, S);
+      rope(kh, 1, hd, C, S);
+      for (int64_t i = 0; i < G * hd; ++i) qh[i] *= qscale;
+      const int64_t at = slot[r] * slot_stride_ + (h * s_.max_ctx + pos[r]) * hd;
+      if (s_.kv_f16) {
+        ops.f32_to_f16_row(kh, static_cast<uint16_t*>(L.kc) + at, hd);
+        ops.f32_to_f16_row(vh, static_cast<uint16_t*>(L.vc) + at, hd);
+      } else {
+        std::copy(kh, kh + hd, static_cast<float*>(L.kc) + at);
+        std::copy(vh, vh + hd, static_cast<float*>(L.vc) + at);
       }
-    });
-    laps.lap(kProfRest);
+    };
+    // Decode: each kv head's prep runs in its attention task, on the pool (AttnPrep). Several rows: all
+    // rows' K/V are written first, so the rows of one prefill chunk see each other causally.
+    auto prep_row0 = [&](int64_t h) { prep(0, h); };
+    const AttnPrep fused{[](void* p, int64_t h) { (*static_cast<decltype(prep_row0)*>(p))(h); }, &prep_row0};
+    if (R > 1) {
+      for_rows(R, [&](int64_t r) {
+        for (int64_t h = 0; h < s_.n_kv; ++h) prep(r, h);
+      });
+      laps.lap(kProfRest);
+    }
     {
-      // every row's K/V are in the cache now, so the rows of one prefill chunk see each other causally
       const AttnCall c{q, att, L.kc, L.vc, s_.kv_f16, pos, slot, R, s_.n_heads, s_.n_kv, hd, s_.max_ctx,
                        slot_stride_, L.window, s_.softcap};
       const NextPrefetch nx = next_of(&L.o);
-      attention(c, ops, &nx, attn_split_min_);
+      attention(c, ops, &nx, attn_split_min_, R == 1 ? &fused : nullptr);
     }
     laps.lap(kProfAttn);
     if (L.attn_sub) for_rows(R, [&](int64_t r) { ops.rmsnorm(att + r * QD, L.attn_sub, QD, eps, att + r * QD); });
@@ -179,16 +187,20 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     for_rows(R, [&](int64_t r) { ops.rmsnorm(x + r * H, L.ln2, H, eps, xn + r * H); });
     laps.lap(kProfRest);
     {
-      const LinearRef* lins[2] = {&L.gate, &L.up};
-      float* ys[2] = {g, u};
       const NextPrefetch nx = next_of(&L.down);
-      run_linears(lins, ys, 2, xn, R, act_, &nx);
+      // decode: the activation inside the gate/up tasks (run_gated)
+      const bool gated = R == 1 && run_gated(L.gate, L.up, g, u, xn, s_.act, act_, &nx);
+      if (!gated) {
+        const LinearRef* lins[2] = {&L.gate, &L.up};
+        float* ys[2] = {g, u};
+        run_linears(lins, ys, 2, xn, R, act_, &nx);
+      }
+      laps.lap(kProfGemv);
+      for_rows(R, [&](int64_t r) {
+        if (!gated) ops.act_mul(g + r * F, u + r * F, F, s_.act);
+        if (L.ffn_sub) ops.rmsnorm(g + r * F, L.ffn_sub, F, eps, g + r * F);
+      });
     }
-    laps.lap(kProfGemv);
-    for_rows(R, [&](int64_t r) {
-      ops.act_mul(g + r * F, u + r * F, F, s_.act);
-      if (L.ffn_sub) ops.rmsnorm(g + r * F, L.ffn_sub, F, eps, g + r * F);
-    });
     laps.lap(kProfRest);
     {
       const LinearRef* lins[1] = {&L.down};
@@ -205,7 +217,9 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     laps.lap(kProfRest);
     const LinearRef* lins[1] = {&head_};
     float* ys[1] = {logits};
-    run_linears(lins, ys, 1, xn, NL, act_);
+    // the next step starts with layer 0's q: a worker streams its run through the gap between steps
+    const NextPrefetch nx = next_of(layers_.empty() ? nullptr : &layers_[0].q);
+    run_linears(lins, ys, 1, xn, NL, act_, &nx);
     laps.lap(kProfHead);
   }
   if (prof_on_) {

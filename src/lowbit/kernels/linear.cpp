@@ -14,9 +14,10 @@ constexpr int64_t kTokChunk = 64;  // prefill: tokens per task, so a small M sti
 // From this many rows a GEMM is bound by compute, not by the weight stream (ternary: 8 tokens x 4 codes a
 // byte = 32 MACs per byte read, ~0.9 T MAC/s at 28 GB/s, against an int8 roof of ~0.3 T MAC/s on 2 cores).
 constexpr int64_t kComputeBoundRows = 8;
-// What a thread that ran out of tasks prefetches of the next matrix: about what one core streams in the few
-// microseconds the others need to finish (L2 holds it easily).
-constexpr int64_t kIdlePrefetchBytes = 32 << 10;
+// What a thread prefetches of its run of the next matrix while it waits (the join, a worker's wait through
+// the caller's serial stretch): about what one core streams in ~10 us, a quarter of its L2. Issued in
+// slices between checks for the next run (thread_pool.cpp), so a large budget delays nothing.
+constexpr int64_t kIdlePrefetchBytes = 128 << 10;
 }  // namespace
 
 IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTable* k) {
@@ -37,17 +38,18 @@ IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTa
     const int64_t run = std::max<int64_t>(1, w.Mb / (8 * pool_threads()));
     for (int64_t b = run; b < w.Mb + run; b += run) j.bounds.push_back(std::min(b, w.Mb));
   } else {
-    // T long runs over ~80 % of the blocks (each thread streams one contiguous range), then runs of
-    // ~1/(4T) of the rest for the tail, so threads reach the join together. Measured against guided
-    // self-scheduling (more, shrinking runs: more stream starts), alternating in one process: equal or
-    // better on every bitnet-2b / bitnet-0.7b shape, e.g. 640x2560 ternary 45% -> 54% of the roof.
+    // T long runs over ~80 % of the blocks (each thread streams one contiguous range), then shrinking runs
+    // for the tail: each 1/(4T) of what is left, at least one block, so threads reach the join together
+    // (a tall matrix such as the lm_head, 500 blocks of 98 KB at bitnet-0.7b, had tail runs of 12 blocks:
+    // up to ~80 us of idle at its join). Measured against guided self-scheduling over the whole matrix
+    // (more, shrinking runs: more stream starts), alternating in one process: equal or better on every
+    // bitnet-2b / bitnet-0.7b shape, e.g. 640x2560 ternary 45% -> 54% of the roof.
     const int64_t T = pool_threads();
     const int64_t head = w.Mb * 4 / 5 / T;
     int64_t b = 0;
     if (head >= 1)
       for (int64_t t = 0; t < T; ++t) j.bounds.push_back(b += head);
-    const int64_t tail = std::max<int64_t>(1, (w.Mb - b) / (4 * T));
-    while (b < w.Mb) j.bounds.push_back(b = std::min(w.Mb, b + tail));
+    while (b < w.Mb) j.bounds.push_back(b = std::min(w.Mb, b + std::max<int64_t>(1, (w.Mb - b) / (4 * T))));
   }
   j.k = k;
   return j;
@@ -124,6 +126,38 @@ NextPrefetch next_prefetch(const LinearRef* next) {
   for (int r = 0; r < p.n; ++r) p.starts[r] = (const char*)(w.codes + r * head * block);
   p.bytes = std::min<int64_t>(kIdlePrefetchBytes, std::max<int64_t>(head, 1) * block);
   return p;
+}
+
+namespace {
+
+struct GatedJob {
+  IntJob gate, up;  // the same bounds: task t is run t of both
+  float *g, *u;
+  int act;
+  const OpsTable* ops;
+};
+
+void gated_task(void* p, int64_t t) {
+  const GatedJob& j = *static_cast<const GatedJob*>(p);
+  int_task((void*)&j.gate, t);
+  int_task((void*)&j.up, t);
+  const int64_t r0 = j.gate.bounds[t] * kRowBlock, r1 = std::min(j.gate.w.M, j.gate.bounds[t + 1] * kRowBlock);
+  j.ops->act_mul(j.g + r0, j.u + r0, r1 - r0, j.act);
+}
+
+}  // namespace
+
+bool run_gated(const LinearRef& gate, const LinearRef& up, float* g, float* u, const float* x, int act,
+               ActScratch& s, const NextPrefetch* next) {
+  const IntWeights &gw = gate.iw, &uw = up.iw;
+  if (gate.kind != 0 || up.kind != 0 || gate.bias || up.bias || gate.K != up.K || gw.M != uw.M || gw.Mb != uw.Mb ||
+      gw.Kp != uw.Kp || gw.group != uw.group || gw.G != uw.G)
+    return false;
+  const KernelTable* k = &active_kernels();
+  const ActQ a = quantize_input(x, 1, gate.K, gw.Kp, gw.group, gw.G, s, k);
+  GatedJob j{make_int_job(gw, a, g, k), make_int_job(uw, a, u, k), g, u, act, &k->ops};
+  pool_run(j.gate.tasks(), gated_task, &j, next);
+  return true;
 }
 
 void run_linears(const LinearRef* const* lins, float* const* ys, int n, const float* x, int64_t N, ActScratch& s,

@@ -68,6 +68,11 @@ struct ActScratch {
 // null): threads that finish early prefetch the starts of its first runs (NextPrefetch).
 void run_linears(const LinearRef* const* lins, float* const* ys, int n, const float* x, int64_t N, ActScratch& s,
                  const NextPrefetch* next = nullptr);
+// Decode's gate/up: g [M] = act(gate . x) * (up . x) for one token in one pool run, each task the same
+// row blocks of both projections followed by the activation on them (on the thread that has them in
+// cache; act as ops.act_mul). false (nothing run) unless both are integer codes of one shape without bias.
+bool run_gated(const LinearRef& gate, const LinearRef& up, float* g, float* u, const float* x, int act,
+               ActScratch& s, const NextPrefetch* next = nullptr);
 // The hint for `next` (n = 0 when it is not an integer-code weight): the starts of the long runs its GEMV
 // gives each thread first (make_int_job), `bytes` of each.
 NextPrefetch next_prefetch(const LinearRef* next);

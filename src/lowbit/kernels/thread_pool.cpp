@@ -34,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 // An idle worker spins this long after its last job (the decoder's next pool run comes within
 // microseconds), then sleeps on the condition variable: an idle process costs ~0 CPU.
 constexpr auto kSpinTime = std::chrono::microseconds(500);
+constexpr int64_t kPrefetchSlice = 1024;  // idle prefetch per spin iteration
 constexpr int kPauseIters = 1 << 11;  // then yield between pauses: on an oversubscribed machine (other
                                       // processes on our cores) a descheduled thread must get to run
 
@@ -67,13 +68,25 @@ struct Pool {
   std::atomic<int> pf_n{0};
   std::atomic<int64_t> pf_bytes{0};
 
-  void idle_prefetch(int tid) {
+  // A thread's share of the next run's hint (NextPrefetch): taken when it sees the run start (the hint is
+  // published with the ticket), issued while it waits (idle_prefetch_some), so a new run or the end of the
+  // current one interrupts it within one slice.
+  struct Cursor {
+    const char* p = nullptr;
+    int64_t off = 0, bytes = 0;
+    bool busy() const { return off < bytes; }
+  };
+  Cursor take_hint(int tid) {
+    Cursor c;
     const int n = pf_n.load(std::memory_order_relaxed);
-    if (n <= 0) return;
-    const char* p = pf_start[tid % n].load(std::memory_order_relaxed);
-    const int64_t bytes = pf_bytes.load(std::memory_order_relaxed);
-    if (!p) return;
-    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);  // into L2
+    if (n <= 0) return c;
+    c.p = pf_start[tid % n].load(std::memory_order_relaxed);
+    c.bytes = c.p ? pf_bytes.load(std::memory_order_relaxed) : 0;
+    return c;
+  }
+  static void idle_prefetch_some(Cursor& c) {
+    const int64_t end = std::min(c.bytes, c.off + kPrefetchSlice);
+    for (; c.off < end; c.off += 64) __builtin_prefetch(c.p + c.off, 0, 2);  // into L2
   }
 
   static uint64_t pack(uint64_t job, uint64_t n, uint64_t i) {
@@ -107,11 +120,16 @@ struct Pool {
 
   // `seen` is the generation at creation: a job (or stop) posted before the thread first runs is not missed.
   void worker_loop(uint64_t seen, int tid) {
+    Cursor pf;
     for (;;) {
       uint64_t g;
       int spins = 0;
       auto idle_since = Clock::now();
       while ((g = generation.load(std::memory_order_acquire)) == seen) {
+        if (pf.busy()) {
+          idle_prefetch_some(pf);
+          continue;
+        }
         ++spins;
         if (spins < kPauseIters) LOWBIT_PAUSE();
         else std::this_thread::yield();
@@ -125,7 +143,8 @@ struct Pool {
       }
       seen = g;
       if (stop.load()) return;
-      if (drain(ticket.load(std::memory_order_acquire) >> (2 * kIdxBits), tid) > 0) idle_prefetch(tid);
+      pf = take_hint(tid);
+      drain(ticket.load(std::memory_order_acquire) >> (2 * kIdxBits), tid);
     }
   }
 
@@ -160,9 +179,13 @@ struct Pool {
     ticket.store(pack(job, (uint64_t)n, 0), std::memory_order_release);
     generation.fetch_add(1);  // seq_cst: pairs with the sleeping counter (no lost wake-up)
     if (sleeping.load() > 0) { std::lock_guard<std::mutex> lock(mu); cv.notify_all(); }
+    Cursor pf = take_hint(0);
     drain(job, 0);
-    idle_prefetch(0);
     for (int spins = 0; done.load(std::memory_order_acquire) < n; ++spins) {
+      if (pf.busy()) {
+        idle_prefetch_some(pf);
+        continue;
+      }
       if (spins < kPauseIters) LOWBIT_PAUSE();
       else std::this_thread::yield();
     }

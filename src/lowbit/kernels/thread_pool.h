@@ -17,8 +17,10 @@ int pool_threads();
 // Runs fn(ctx, t) for t in [0, ntasks) on the pool and the calling thread; returns when all are done.
 void pool_run(int64_t ntasks, TaskFn fn, void* ctx);
 // What the caller will stream right after this run (the decode schedule across matrices): a thread that
-// runs out of tasks prefetches `bytes` from starts[tid % n] into its L2 while the others finish, so the
-// memory stream keeps going through the join. Prefetches are hints: a stale address cannot fault.
+// runs out of tasks prefetches up to `bytes` from starts[tid % n] into its L2 while it waits — the caller
+// until the others finish, a worker until the next run starts (through the caller's serial work between
+// runs) — in small slices, so the wait ends as soon as it would have. The memory stream keeps going
+// through the join. Prefetches are hints: a stale address cannot fault.
 struct NextPrefetch {
   static constexpr int kMax = 8;
   const char* starts[kMax] = {};

@@ -1,0 +1,52 @@
+"""Two lowbit builds side by side: `lowbit bench e2e` of each, alternating runs (A B B A A B ...), each run's
+decode against the bandwidth read beside it (its own roofline fraction), then the median ratio B/A.
+
+    python scripts/e2e_ab.py A_PYTHON B_PYTHON [--rounds 6] -- --shape bitnet-0.7b --format ternary -t 2 -r 2
+
+A_PYTHON / B_PYTHON: the python of a venv with each build (e.g. a clone of main at the commit before, and
+this tree's .venv). Everything after `--` goes to `lowbit bench e2e` (with --json added)."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+
+def run_e2e(python: str, args: list[str]) -> dict:
+    out = subprocess.run([python, "-m", "lowbit", "bench", "e2e", *args, "--json"], check=True,
+                         capture_output=True, text=True, cwd="/").stdout
+    return json.loads(out[out.index("{"):])
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a_python")
+    ap.add_argument("b_python")
+    ap.add_argument("--rounds", type=int, default=6)
+    opts = ap.parse_args(argv[:split])
+    e2e = argv[split + 1:]
+    res: dict[str, list[dict]] = {"A": [], "B": []}
+    for r in range(opts.rounds):
+        for side in ("AB" if r % 2 == 0 else "BA"):
+            d = run_e2e(opts.a_python if side == "A" else opts.b_python, e2e)
+            res[side].append(d)
+            prof = d.get("profile", {}).get("decode")
+            extra = "  " + " ".join(f"{k} {prof[k]:.3f}" for k in ("gemv", "join", "attention", "lm_head", "rest",
+                                                                     "python", "total")) if prof else ""
+            print(f"round {r} {side}: decode {d['tg_tps']:.1f} tok/s, {100 * d['roofline_fraction']:.1f}% of the "
+                  f"roofline (bandwidth {d['bandwidth_gbps']:.1f} GB/s){extra}", flush=True)
+    fa = [d["roofline_fraction"] for d in res["A"]]
+    fb = [d["roofline_fraction"] for d in res["B"]]
+    print(f"A: median {100 * statistics.median(fa):.1f}% of the roofline, {statistics.median(d['tg_tps'] for d in res['A']):.1f} tok/s")
+    print(f"B: median {100 * statistics.median(fb):.1f}% of the roofline, {statistics.median(d['tg_tps'] for d in res['B']):.1f} tok/s")
+    print(f"B/A per round (fraction of the roofline): {' '.join(f'{b / a:.3f}' for a, b in zip(fa, fb))}; "
+          f"median {statistics.median(b / a for a, b in zip(fa, fb)):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
