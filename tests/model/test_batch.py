@@ -65,6 +65,26 @@ def test_batched_decode_equals_sequential(isa, model_type, fmt):
     assert model.cache.length == len(PROMPTS[-1]) + len(STEPS[-1])  # the single-sequence cache is untouched
 
 
+@pytest.mark.parametrize("model_type", ["llama", "bitnet"])
+@pytest.mark.parametrize("fmt", ["int4", "ternary"])
+def test_gated_decode_with_a_partial_row_block(isa, model_type, fmt):
+    """A decode step runs the activation inside the gate/up tasks, on each task's row blocks (run_gated);
+    the batched step runs it after the GEMM over all rows. An intermediate size that is not a multiple of
+    the 64-row block (100 = 64 + 36) still gives bitwise the batched step's logits."""
+    cfg = {**config(model_type), "intermediate_size": 100}
+    model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=64)
+    seq = []
+    for p, s in zip(PROMPTS, STEPS):
+        model.reset()
+        model.prefill(p)
+        seq.append([model.decode(t) for t in s])
+    got = run_batched(BatchDecoder(model, 4))
+    for b in range(len(PROMPTS)):
+        for i, (r, g) in enumerate(zip(seq[b], got[b])):
+            assert np.all(np.isfinite(r))
+            assert np.array_equal(r, g), (b, i, np.abs(r - g).max())
+
+
 def test_slots_are_independent():
     cfg = config("llama")
     model = Model.from_weights(cfg, dummy_weights(cfg), format="int4", max_context=32)

@@ -218,7 +218,9 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     laps.lap(kProfRest);
     const LinearRef* lins[1] = {&head_};
     float* ys[1] = {logits};
-    run_linears(lins, ys, 1, xn, NL, act_);
+    // the next step starts with layer 0's q: a worker streams its run through the gap between steps
+    const NextPrefetch nx = next_of(layers_.empty() ? nullptr : &layers_[0].q);
+    run_linears(lins, ys, 1, xn, NL, act_, &nx);
     laps.lap(kProfHead);
   }
   if (prof_on_) {
