@@ -34,13 +34,13 @@ leaves no OUT behind.
 """
 
 
-FINETUNE_STEPS = 100
-FINETUNE_LR = 1e-3
-TEACHER_TOKENS = 0
+FINETUNE_STEPS = 200
+FINETUNE_LR = 2e-3
+TEACHER_TOKENS = 8192
 TEACHER_FRAC = 0.5
 PV_STEPS = 0
-SCHEDULE = "constant"
-WARMUP = 0.0  # a fraction of --finetune-steps
+SCHEDULE = "cosine"
+WARMUP = 0.1  # a fraction of --finetune-steps
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -97,8 +97,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cb.add_argument("--finetune-steps", type=int, default=FINETUNE_STEPS, metavar="N",
                     help="with --calibration: steps of knowledge-distillation fine-tuning afterwards (codes frozen; "
                          "codebooks, scales and norms trained towards the source model's next-token distributions on "
-                         f"the calibration text; SmolLM2-135M: ~20-30 s a step at 128 tokens measured on a loaded shared core, "
-                         f"~6 s at 256 estimated on a quiet one); 0: none (default {FINETUNE_STEPS})")
+                         f"the calibration text and --teacher-tokens; SmolLM2-135M at 256 tokens: 22-30 s a step measured on "
+                         f"one loaded shared core, ~3-4 s estimated on a quiet 2-core machine); 0: none (default "
+                         f"{FINETUNE_STEPS})")
     cb.add_argument("--finetune-lr", type=float, default=FINETUNE_LR,
                     help=f"peak Adam learning rate of the fine-tune, relative to each tensor's RMS (default {FINETUNE_LR:g})")
     cb.add_argument("--finetune-schedule", choices=["cosine", "constant"], default=SCHEDULE,

@@ -119,8 +119,9 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     });
   };
   // The decode schedule across matrices: each GEMV's (and attention's) idle threads prefetch the start of
-  // the matrix that comes next. Not for prefill-sized steps (their GEMMs are bound by compute).
-  const bool hint = prefetch_next_ && R <= 64;
+  // the matrix that comes next. Not for steps of kComputeBoundRows or more rows: their GEMMs are bound by
+  // compute and run in short runs of blocks, not the long per-thread runs whose starts next_prefetch names.
+  const bool hint = prefetch_next_ && R < kComputeBoundRows;
   auto next_of = [&](const LinearRef* lin) { return hint ? next_prefetch(lin) : NextPrefetch{}; };
   for (size_t li = 0; li < layers_.size(); ++li) {
     const DecoderLayer& L = layers_[li];

@@ -5,8 +5,10 @@
 // one sequence (prefill: forward), one token (decode), or one token of each of B sequences (decode_batch:
 // continuous batching), all through the same step: the projections run as GEMMs over the R rows (GEMVs for
 // R = 1), and attention of row r reads its own slot up to its own position, so a prefill chunk is causal
-// because every row's K/V are written before attention runs. The Python model (lowbit.model.llama) keeps a
-// numpy twin of this block as the test oracle.
+// because every row's K/V are written before attention runs. A decode step (one row) has fewer serial
+// stretches: each kv head's norms, RoPE and cache write run inside its attention task, and the activation
+// inside the gate/up tasks (run_gated), bitwise as the several-row step. The Python model
+// (lowbit.model.llama) keeps a numpy twin of this block as the test oracle.
 #pragma once
 #include <cstdint>
 #include <vector>

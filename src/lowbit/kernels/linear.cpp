@@ -11,9 +11,6 @@ namespace lowbit {
 namespace {
 constexpr int64_t kFloatBlocksPerTask = 8;
 constexpr int64_t kTokChunk = 64;  // prefill: tokens per task, so a small M still feeds every thread
-// From this many rows a GEMM is bound by compute, not by the weight stream (ternary: 8 tokens x 4 codes a
-// byte = 32 MACs per byte read, ~0.9 T MAC/s at 28 GB/s, against an int8 roof of ~0.3 T MAC/s on 2 cores).
-constexpr int64_t kComputeBoundRows = 8;
 // What a thread prefetches of its run of the next matrix while it waits (the join, a worker's wait through
 // the caller's serial stretch): about what one core streams in ~10 us, a quarter of its L2. Issued in
 // slices between checks for the next run (thread_pool.cpp), so a large budget delays nothing.

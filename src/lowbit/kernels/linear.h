@@ -11,6 +11,11 @@
 
 namespace lowbit {
 
+// From this many rows a GEMM is bound by compute, not by the weight stream (ternary: 8 tokens x 4 codes a
+// byte = 32 MACs per byte read, ~0.9 T MAC/s at 28 GB/s, against an int8 roof of ~0.3 T MAC/s on 2 cores):
+// its tasks are short runs of blocks (make_int_job), and the decoder gives it no next-matrix prefetch.
+constexpr int64_t kComputeBoundRows = 8;
+
 struct IntJob {
   IntWeights w;
   ActQ a;
