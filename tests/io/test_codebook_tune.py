@@ -21,6 +21,16 @@ TEXT = ("The licenses for most software are designed to take away your freedom t
         "By contrast, the hello world license is intended to guarantee your freedom to share. ") * 6
 
 
+def tiny_source(tmp_path):
+    """A tiny f32 HF checkpoint and a calibration text file: (config, weights, checkpoint dir, text path)."""
+    cfg = tiny_config()
+    w = random_weights(cfg)
+    src = write_hf(tmp_path / "src", cfg, w, dtype="f32")
+    text = tmp_path / "calib.txt"
+    text.write_text(TEXT)
+    return cfg, w, src, text
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     old = torch.get_num_threads()
@@ -74,11 +84,7 @@ def test_finetune_lowers_kd_loss_and_is_deterministic():
 
 
 def test_convert_with_error_feedback_and_finetune_round_trips(tmp_path):
-    cfg = tiny_config()
-    w = random_weights(cfg)
-    src = write_hf(tmp_path / "src", cfg, w, dtype="f32")
-    text = tmp_path / "calib.txt"
-    text.write_text(TEXT)
+    cfg, w, src, text = tiny_source(tmp_path)
     opts = {"m": 2, "v": 4, "b": 3, "g": 32, "iters": 1, "seed": 3}
     kw = dict(format="codebook", format_options=opts, calibration=text, calibration_tokens=300, progress=False,
               error_feedback=True, finetune_steps=3, finetune_options={"seq": 32, "lr": 1e-3})
@@ -97,10 +103,7 @@ def test_convert_with_error_feedback_and_finetune_round_trips(tmp_path):
 
 
 def test_cli_flags_and_errors(tmp_path):
-    cfg = tiny_config()
-    src = write_hf(tmp_path / "src", cfg, random_weights(cfg), dtype="f32")
-    text = tmp_path / "calib.txt"
-    text.write_text(TEXT)
+    cfg, _, src, text = tiny_source(tmp_path)
     out = tmp_path / "out"
     assert main(["convert", str(src), str(out), "--format", "codebook", "--b", "3", "--g", "32", "--iters", "1",
                  "--calibration", str(text), "--calibration-tokens", "200", "--finetune-steps", "2",
@@ -159,11 +162,7 @@ def test_finetune_with_teacher_samples_is_deterministic_and_checks_options():
 def test_finetune_dir_keeps_codes_and_other_tensors(tmp_path):
     from lowbit.io.codebook_tune import finetune_dir
 
-    cfg = tiny_config()
-    w = random_weights(cfg)
-    src = write_hf(tmp_path / "src", cfg, w, dtype="f32")
-    text = tmp_path / "calib.txt"
-    text.write_text(TEXT)
+    cfg, w, src, text = tiny_source(tmp_path)
     first = convert(src, tmp_path / "ef", format="codebook", format_options={"m": 1, "v": 4, "b": 3, "g": 32, "iters": 1},
                     calibration=text, calibration_tokens=300, progress=False, error_feedback=True, finetune_steps=0)
     losses = finetune_dir(first, src, tmp_path / "ft", TEXT, 300, 4,

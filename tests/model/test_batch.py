@@ -25,6 +25,16 @@ def config(model_type: str) -> dict:
                 tie_word_embeddings=False)
 
 
+def sequential_logits(model: Model) -> list[list[np.ndarray]]:
+    """Each prompt prefilled alone, then its steps decoded one at a time: the logits batching must equal."""
+    out = []
+    for p, s in zip(PROMPTS, STEPS):
+        model.reset()
+        model.prefill(p)
+        out.append([model.decode(t) for t in s])
+    return out
+
+
 def run_batched(bd: BatchDecoder) -> list[list[np.ndarray]]:
     for s, p in zip(SLOTS, PROMPTS):
         bd.prefill(s, p)
@@ -42,11 +52,7 @@ def run_batched(bd: BatchDecoder) -> list[list[np.ndarray]]:
 def test_batched_decode_equals_sequential(isa, model_type, fmt):
     cfg = config(model_type)
     model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=64)
-    seq = []
-    for p, s in zip(PROMPTS, STEPS):
-        model.reset()
-        model.prefill(p)
-        seq.append([model.decode(t) for t in s])
+    seq = sequential_logits(model)
     bd = BatchDecoder(model, 4)
     assert bd.native
     got = run_batched(bd)
@@ -73,11 +79,7 @@ def test_gated_decode_with_a_partial_row_block(isa, model_type, fmt):
     the 64-row block (100 = 64 + 36) still gives bitwise the batched step's logits."""
     cfg = {**config(model_type), "intermediate_size": 100}
     model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=64)
-    seq = []
-    for p, s in zip(PROMPTS, STEPS):
-        model.reset()
-        model.prefill(p)
-        seq.append([model.decode(t) for t in s])
+    seq = sequential_logits(model)
     got = run_batched(BatchDecoder(model, 4))
     for b in range(len(PROMPTS)):
         for i, (r, g) in enumerate(zip(seq[b], got[b])):
