@@ -282,19 +282,20 @@ def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, he
     if not extra:
         opts["extra_frac"] = 0.0
     teacher = TorchLlama(config, weights)
-    tuned, losses = dict(start), []
-    for i, n in enumerate((steps, pv_steps)):
-        if i == 1:
-            if not n:
-                break
-            tuned, changed = rechoose_codes(config, weights, tuned, ids, damp, beam, progress)
-            if progress:
-                n_lin = sum(isinstance(v, CodebookWeight) for v in tuned.values())
-                print(f"codebook PV step: new codes in {changed} of {n_lin} linears")
+    losses = []
+
+    def stage(tuned: dict, n: int) -> dict:
         student = TorchLlama(config, {**weights, **tuned}, lm_head=head)
-        losses += finetune(student, teacher, ids, n, progress=progress, extra=extra, **opts)
-        tuned = {name: lin.packed() for name, lin in student.codebook_linears().items()}
-        tuned.update(student.norms())
+        losses.extend(finetune(student, teacher, ids, n, progress=progress, extra=extra, **opts))
+        return {**{name: lin.packed() for name, lin in student.codebook_linears().items()}, **student.norms()}
+
+    tuned = stage(dict(start), steps)
+    if pv_steps:
+        tuned, changed = rechoose_codes(config, weights, tuned, ids, damp, beam, progress)
+        if progress:
+            n_lin = sum(isinstance(v, CodebookWeight) for v in tuned.values())
+            print(f"codebook PV step: new codes in {changed} of {n_lin} linears")
+        tuned = stage(tuned, pv_steps)
     return tuned, losses
 
 
@@ -331,5 +332,5 @@ def finetune_dir(model_dir, source, out, text: str, tokens: int, steps: int, fin
     with ModelDirWriter(out, overwrite=overwrite) as writer:
         for name in names:
             writer.add(name, done.get(name, mine[name]))
-        writer.finish({k: v for k, v in ck.config.items()}, ck.tokenizer(), meta)
+        writer.finish(dict(ck.config), ck.tokenizer(), meta)
     return losses
