@@ -30,6 +30,11 @@ def test_bench_serve_shape_json(capsys):
     c = res["step_ceiling"]  # the native step alone: 3 one-row steps against one 3-row step
     assert c["batch"] == 3 and c["rounds"] >= 1 and c["b1"]["gemv"] > 0 and c["bn"]["seconds"] > c["bn"]["gemv"] > 0
     assert c["gain"]["seconds"] == pytest.approx(3 * c["b1"]["seconds"] / c["bn"]["seconds"])
+    b = res["compute_bound"]  # 1 layer of bitnet-0.7b: 4 x 1536^2 + 3 x 1536 x 4096 MACs a row, lm_head 32000 x 1536
+    assert b["macs_per_request"] == (5 + 4 - 1) * (4 * 1536 ** 2 + 3 * 1536 * 4096) + 4 * 32000 * 1536
+    assert b["int8_roof_gmacs"] > 0 and b["max_aggregate_tps"] == pytest.approx(
+        4 * b["int8_roof_gmacs"] * 1e9 / b["macs_per_request"])
+    assert b["max_speedup_vs_1_client"] == pytest.approx(b["max_aggregate_tps"] / res["levels"][0]["aggregate_tps"])
 
 
 def test_bench_serve_table_and_bad_args(capsys):

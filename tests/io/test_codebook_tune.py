@@ -216,3 +216,40 @@ def test_codebook_linear_weight_equals_dequantize_with_a_partial_group():
         assert lin.codes.dtype == torch.uint8
         assert np.array_equal(lin.weight().detach().numpy(), pw.dequantize())
         assert np.array_equal(lin.packed().codes, pw.codes)
+
+
+def test_several_calibration_files_and_the_heldout_check(tmp_path):
+    cfg, _, src, text = tiny_source(tmp_path)
+    more = tmp_path / "more.txt"
+    more.write_text("Everyone is permitted to copy and distribute verbatim copies of this license document. " * 4)
+    out = tmp_path / "out"
+    assert main(["convert", str(src), str(out), "--format", "codebook", "--b", "3", "--g", "32", "--iters", "1",
+                 "--calibration", str(text), str(more), "--calibration-tokens", "400", "--finetune-steps", "3",
+                 "--finetune-seq", "32", "--finetune-lr", "3e-2", "--teacher-tokens", "0",
+                 "--finetune-holdout", "64", "-q"]) == 0
+    meta = open_checkpoint(out).lowbit
+    assert meta["calibration"] == ["calib.txt,more.txt", 400]
+    kl = meta["finetune"]["holdout_kl"]
+    assert [s for s, _ in kl] == [0, 3] and all(np.isfinite(k) and k >= 0 for _, k in kl)
+    with pytest.raises(FileNotFoundError, match="nope.txt"):
+        convert(src, tmp_path / "x", format="codebook", calibration=[text, tmp_path / "nope.txt"], progress=False)
+    with pytest.raises(ValueError, match="holdout"):
+        convert(src, tmp_path / "y", format="codebook", format_options={"b": 3, "g": 32, "iters": 1},
+                calibration=text, calibration_tokens=100, error_feedback=True, finetune_steps=1,
+                finetune_options={"seq": 32, "holdout": 99}, progress=False)
+
+
+def test_heldout_kl_is_zero_for_the_teacher_and_positive_for_a_quantized_student():
+    from lowbit.io.codebook_tune import heldout_kl
+
+    cfg, w, packed = quantized_pair()
+    ids = list(range(3, 70))
+    teacher = TorchLlama(cfg, w)
+    assert heldout_kl(teacher, teacher, ids, 16) == pytest.approx(0.0, abs=1e-6)
+    student = TorchLlama(cfg, {**w, **packed})
+    with torch.no_grad():
+        manual = [float(kd_loss(student, teacher, torch.tensor([ids[s:s + 16]]))) for s in range(0, 64, 16)]
+        # windows of 16 tokens (15 scored each) and a last one of 3 tokens (2 scored)
+        last = float(kd_loss(student, teacher, torch.tensor([ids[64:]])))
+    want = (sum(m * 15 for m in manual) + last * 2) / 62
+    assert heldout_kl(student, teacher, ids, 16) == pytest.approx(want, rel=1e-5) and want > 0

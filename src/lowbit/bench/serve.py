@@ -162,15 +162,16 @@ def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens
             if profile:
                 lv["profile"] = prof.result
             levels.append(lv)
-    if profile:  # the same model, the server stopped: what the kernels allow at this batch
-        ceiling = step_ceiling(llm.model, batch, prompt_tokens)
     base = levels[0]["aggregate_tps"] if levels and levels[0]["clients"] == 1 else None
+    if profile:  # the same model, the server stopped: what the kernels allow at this batch, what the roof allows
+        ceiling = step_ceiling(llm.model, batch, prompt_tokens)
+        bound = compute_bound(llm.model, prompt_tokens, gen_tokens, base)
     for lv in levels:
         lv["speedup_vs_1_client"] = lv["aggregate_tps"] / base if base else None
     return {"model": label, "threads": lowbit.get_threads(),
             "isa": lowbit.cpu_info()["isa"], "max_batch": batch, "prompt_tokens": prompt_tokens,
             "gen_tokens": gen_tokens, "prompt_pool": prompt_pool, "levels": levels,
-            **({"step_ceiling": ceiling} if profile else {})}
+            **({"step_ceiling": ceiling, "compute_bound": bound} if profile else {})}
 
 
 def _level_sync(url, c, requests, prompts, gen_tokens, timeout) -> dict:
@@ -276,6 +277,30 @@ def step_ceiling(model, batch: int, prompt_tokens: int, rounds: int = 8, seed: i
     return {"batch": batch, "rounds": rounds, "b1": med["b1"], "bn": med["bn"], "gain": gain}
 
 
+def compute_bound(model, prompt_tokens: int, gen_tokens: int, one_client_tps: float | None = None) -> dict:
+    """The int8 compute roof's bound on the aggregate generated tokens/s at any concurrency. Batching shares the
+    weight stream, not the arithmetic: every prompt token and every generated token but the last is a row of
+    some step through every decoder linear, and every generated token takes one lm_head row, so a request
+    costs at least that many MACs however many run together (attention's q.k and p.v not counted: the bound
+    is high). At `lowbit bench roof`'s rate on this process's threads:
+    -> {"macs_per_request", "macs_per_generated_token", "int8_roof_gmacs", "max_aggregate_tps",
+        "max_speedup_vs_1_client" (against one_client_tps, the 1-client level's aggregate; None without it)}."""
+    from lowbit.bench import roof
+
+    block = head = 0
+    for name, lin in model.linears().items():
+        m, k = lin.weight.shape
+        if name == "lm_head":
+            head += m * k
+        else:
+            block += m * k
+    macs = (prompt_tokens + gen_tokens - 1) * block + gen_tokens * head
+    gmacs = roof.measure(lowbit.get_threads())["gmacs"]
+    tps = gen_tokens * gmacs * 1e9 / macs
+    return {"macs_per_request": int(macs), "macs_per_generated_token": macs / gen_tokens, "int8_roof_gmacs": gmacs,
+            "max_aggregate_tps": tps, "max_speedup_vs_1_client": tps / one_client_tps if one_client_tps else None}
+
+
 def _ms(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -318,6 +343,12 @@ def print_result(r: dict) -> None:
         print(f"{'':>7} " + " ".join(f"{('total' if n == 'seconds' else n):>9}" for n in names))
         for label, row in (("B=1", c["b1"]), (f"B={c['batch']}", c["bn"]), ("gain", c["gain"])):
             print(f"{label:>7} " + " ".join(f"{row[n]:>9.2f}" for n in names))
+    b = r.get("compute_bound")
+    if b:
+        sp = f" = {b['max_speedup_vs_1_client']:.2f} x the 1-client level" if b["max_speedup_vs_1_client"] else ""
+        print(f"compute bound at any concurrency: {b['macs_per_generated_token'] / 1e6:.0f} M MAC per generated token "
+              f"(its share of the prompt's rows included) at the int8 roof of {b['int8_roof_gmacs']:.0f} G MAC/s "
+              f"-> at most {b['max_aggregate_tps']:.1f} generated tok/s aggregate{sp}")
 
 
 def add_parser(bsub) -> None:

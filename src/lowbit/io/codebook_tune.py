@@ -232,10 +232,10 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
 
 
 def tune_model(ckpt, text: str, tokens: int, options: dict, error_feedback: bool, damp: float, steps: int,
-               finetune_options: dict, lm_head_format: str, progress: bool = True) -> dict:
+               finetune_options: dict, lm_head_format: str, progress: bool = True, log: dict | None = None) -> dict:
     """convert()'s codebook path with the whole model in memory: HF name -> CodebookWeight for every decoder
     linear (with error feedback, or calibrated by the diagonal statistics) and, after `steps` of fine-tuning,
-    the fine-tuned float32 norm weights too."""
+    the fine-tuned float32 norm weights too. log: filled by tune() (the held-out KL)."""
     from lowbit.io.calibrate import calibration_ids
     from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear
     from lowbit.io.torch_llama import check_llama, dense
@@ -257,24 +257,47 @@ def tune_model(ckpt, text: str, tokens: int, options: dict, error_feedback: bool
 
         head = pack(weights.get(LM_HEAD, weights[EMBED]), lm_head_format).dequantize()
         out = tune(config, weights, ckpt.tokenizer(), ids, out, head, steps,
-                   {"seed": options.get("seed", 0), **finetune_options}, damp, options.get("beam", 8), progress)[0]
+                   {"seed": options.get("seed", 0), **finetune_options}, damp, options.get("beam", 8), progress,
+                   log=log)[0]
     return out
 
 
+def heldout_kl(student: TorchLlama, teacher: TorchLlama, ids: list[int], seq: int) -> float:
+    """Mean KL(teacher || student) per token over consecutive windows of ids (at most seq tokens, >= 2 each)."""
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for w in windows(ids, seq):
+            total += float(kd_loss(student, teacher, w)) * (w.shape[1] - 1)
+            n += w.shape[1] - 1
+    return total / max(n, 1)
+
+
 def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, head, steps: int,
-         finetune_options: dict, damp: float = 0.01, beam: int = 8, progress: bool = True) -> tuple[dict, list[float]]:
+         finetune_options: dict, damp: float = 0.01, beam: int = 8, progress: bool = True,
+         log: dict | None = None) -> tuple[dict, list[float]]:
     """The fine-tune of a quantized model: start (HF name -> CodebookWeight of every linear, and optionally
     fine-tuned float norms) -> the same names and every norm, trained `steps` towards the float `weights` on the
     calibration tokens ids, with the int8 lm_head `head` [vocab, hidden]; and the KD loss of every step.
     finetune_options: finetune()'s (seq, batch, lr, seed, schedule, warmup, extra_frac), plus
       teacher_tokens, teacher_len: that many tokens sampled from the teacher (kd_data.teacher_samples, in
         sequences of teacher_len), the windows drawn from them with probability extra_frac;
-      pv_steps: after the fine-tune, PV-tuning's discrete step (rechoose_codes) and pv_steps more steps."""
+      pv_steps: after the fine-tune, PV-tuning's discrete step (rechoose_codes) and pv_steps more steps;
+      holdout: the last `holdout` calibration tokens are left out of the training (and of the teacher-sample
+        prompts); the KL on them before and after each stage goes to log["holdout_kl"] as [[steps done, KL], ...]
+        (printed with progress): a rising value means the fine-tune overfits the calibration text."""
     from lowbit.io.kd_data import teacher_samples
 
     opts = dict(finetune_options)
     n_extra, length = int(opts.pop("teacher_tokens", 0)), int(opts.pop("teacher_len", 128))
     pv_steps = int(opts.pop("pv_steps", 0))
+    n_hold = int(opts.pop("holdout", 0))
+    hold = []
+    if n_hold:
+        if n_hold < 2 or len(ids) - n_hold < 2:
+            raise ValueError(f"holdout needs 2 <= holdout <= calibration tokens - 2 (got {n_hold} of {len(ids)} "
+                             "tokens)")
+        ids, hold = ids[:-n_hold], ids[-n_hold:]
+    record = log if log is not None else {}
     extra = []
     if n_extra and (steps or pv_steps):
         extra = teacher_samples(config, weights, tokenizer, ids, n_extra, length=length, seed=opts.get("seed", 0),
@@ -284,9 +307,18 @@ def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, he
     teacher = TorchLlama(config, weights)
     losses = []
 
+    def check(student: TorchLlama) -> None:
+        if hold:
+            kl = heldout_kl(student, teacher, hold, opts.get("seq", 256))
+            record.setdefault("holdout_kl", []).append([len(losses), kl])
+            if progress:
+                print(f"codebook fine-tune: held-out KL {kl:.4f} after {len(losses)} steps ({len(hold)} tokens)")
+
     def stage(tuned: dict, n: int) -> dict:
         student = TorchLlama(config, {**weights, **tuned}, lm_head=head)
+        check(student)
         losses.extend(finetune(student, teacher, ids, n, progress=progress, extra=extra, **opts))
+        check(student)
         return {**{name: lin.packed() for name, lin in student.codebook_linears().items()}, **student.norms()}
 
     tuned = stage(dict(start), steps)
@@ -322,13 +354,14 @@ def finetune_dir(model_dir, source, out, text: str, tokens: int, steps: int, fin
     start = {n: v for n, v in mine.items() if isinstance(v, CodebookWeight)}
     start.update({n: dense(v) for n, v in mine.items() if "norm" in n})
     fmt = ck.lowbit.get("format_options") or {}
+    log = {}
     done, losses = tune(config, weights, src.tokenizer(), ids, start, dense(mine[LM_HEAD]), steps, finetune_options,
-                        (ck.lowbit.get("error_feedback") or {}).get("damp", 0.01), fmt.get("beam", 8), progress)
+                        (ck.lowbit.get("error_feedback") or {}).get("damp", 0.01), fmt.get("beam", 8), progress, log)
     del weights
     meta = dict(ck.lowbit)
     meta.pop("tensors", None)
     meta.pop("version", None)
-    meta["finetune_again"] = {"from": str(model_dir), "steps": steps, **finetune_options}
+    meta["finetune_again"] = {"from": str(model_dir), "steps": steps, **finetune_options, **log}
     with ModelDirWriter(out, overwrite=overwrite) as writer:
         for name in names:
             writer.add(name, done.get(name, mine[name]))
