@@ -110,9 +110,11 @@ def test_e2e_profile(capsys):
         parts = [row[c] for c in ("gemv", "join", "attention", "lm_head", "rest", "python")]
         assert min(parts) >= 0 and row["gemv"] > 0 and row["lm_head"] > 0
         assert sum(parts) == pytest.approx(row["total"], rel=1e-3)
+        joins = [row[c] for c in ("join_gemv", "join_attention", "join_lm_head", "join_rest")]
+        assert min(joins) >= 0 and sum(joins) == pytest.approx(row["join"], rel=1e-6, abs=1e-9)
     assert main(args + ["--profile"]) == 0
     out = capsys.readouterr().out
-    assert "join waits" in out and "decode tg4" in out and "prefill pp8" in out
+    assert "join waits" in out and "of which at GEMV ends" in out and "decode tg4" in out and "prefill pp8" in out
 
 
 def test_bad_arguments_fail_clearly(capsys):
