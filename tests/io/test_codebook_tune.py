@@ -167,8 +167,14 @@ def test_finetune_dir_keeps_codes_and_other_tensors(tmp_path):
                     calibration=text, calibration_tokens=300, progress=False, error_feedback=True, finetune_steps=0)
     losses = finetune_dir(first, src, tmp_path / "ft", TEXT, 300, 4,
                           {"seq": 32, "lr": 3e-2, "schedule": "cosine", "warmup": 1, "teacher_tokens": 40,
-                           "teacher_len": 16, "extra_frac": 0.5}, progress=False)
+                           "teacher_len": 16, "extra_frac": 0.5, "holdout": 40}, progress=False, save_every=2)
     assert len(losses) == 4
+    # the checkpoint after 2 of the 4 steps: same codes, codebooks between the start's and the end's
+    mid = open_checkpoint(tmp_path / "ft-2")
+    assert mid.lowbit["finetune_again"]["steps"] == 2 and not (tmp_path / "ft-4").exists()
+    assert [s for s, _ in open_checkpoint(tmp_path / "ft").lowbit["finetune_again"]["holdout_kl"]] == [0, 4]
+    cb = [open_checkpoint(d).load("model.layers.0.mlp.up_proj.weight").codebooks for d in (first, mid.path, tmp_path / "ft")]
+    assert not np.array_equal(cb[0], cb[1]) and not np.array_equal(cb[1], cb[2])
     a, b = open_checkpoint(first), open_checkpoint(tmp_path / "ft")
     assert b.lowbit["finetune_again"]["steps"] == 4 and a.tensor_names() == b.tensor_names()
     name = "model.layers.1.self_attn.o_proj.weight"
@@ -176,6 +182,8 @@ def test_finetune_dir_keeps_codes_and_other_tensors(tmp_path):
     assert np.array_equal(pa.codes, pb.codes) and not np.array_equal(pa.codebooks, pb.codebooks)
     assert np.array_equal(np.asarray(a.load("lm_head.weight").dequantize()), np.asarray(b.load("lm_head.weight").dequantize()))
     assert load(tmp_path / "ft").logits([1, 2, 3]).shape == (3, cfg["vocab_size"])
+    with pytest.raises(ValueError, match="save_every"):
+        finetune_dir(first, src, tmp_path / "z", TEXT, 300, 1, {}, progress=False, save_every=-1)
     with pytest.raises(ValueError, match="no codebook"):
         finetune_dir(convert(src, tmp_path / "i4", format="int4", progress=False), src, tmp_path / "x", TEXT, 300, 1, {},
                      progress=False)
@@ -216,3 +224,40 @@ def test_codebook_linear_weight_equals_dequantize_with_a_partial_group():
         assert lin.codes.dtype == torch.uint8
         assert np.array_equal(lin.weight().detach().numpy(), pw.dequantize())
         assert np.array_equal(lin.packed().codes, pw.codes)
+
+
+def test_several_calibration_files_and_the_heldout_check(tmp_path):
+    cfg, _, src, text = tiny_source(tmp_path)
+    more = tmp_path / "more.txt"
+    more.write_text("Everyone is permitted to copy and distribute verbatim copies of this license document. " * 4)
+    out = tmp_path / "out"
+    assert main(["convert", str(src), str(out), "--format", "codebook", "--b", "3", "--g", "32", "--iters", "1",
+                 "--calibration", str(text), str(more), "--calibration-tokens", "400", "--finetune-steps", "3",
+                 "--finetune-seq", "32", "--finetune-lr", "3e-2", "--teacher-tokens", "0",
+                 "--finetune-holdout", "64", "-q"]) == 0
+    meta = open_checkpoint(out).lowbit
+    assert meta["calibration"] == ["calib.txt,more.txt", 400]
+    kl = meta["finetune"]["holdout_kl"]
+    assert [s for s, _ in kl] == [0, 3] and all(np.isfinite(k) and k >= 0 for _, k in kl)
+    with pytest.raises(FileNotFoundError, match="nope.txt"):
+        convert(src, tmp_path / "x", format="codebook", calibration=[text, tmp_path / "nope.txt"], progress=False)
+    with pytest.raises(ValueError, match="holdout"):
+        convert(src, tmp_path / "y", format="codebook", format_options={"b": 3, "g": 32, "iters": 1},
+                calibration=text, calibration_tokens=100, error_feedback=True, finetune_steps=1,
+                finetune_options={"seq": 32, "holdout": 99}, progress=False)
+
+
+def test_heldout_kl_is_zero_for_the_teacher_and_positive_for_a_quantized_student():
+    from lowbit.io.codebook_tune import heldout_kl
+
+    cfg, w, packed = quantized_pair()
+    ids = list(range(3, 70))
+    teacher = TorchLlama(cfg, w)
+    assert heldout_kl(teacher, teacher, ids, 16) == pytest.approx(0.0, abs=1e-6)
+    student = TorchLlama(cfg, {**w, **packed})
+    with torch.no_grad():
+        manual = [float(kd_loss(student, teacher, torch.tensor([ids[s:s + 16]]))) for s in range(0, 64, 16)]
+        # windows of 16 tokens (15 scored each) and a last one of 3 tokens (2 scored)
+        last = float(kd_loss(student, teacher, torch.tensor([ids[64:]])))
+    want = (sum(m * 15 for m in manual) + last * 2) / 62
+    assert heldout_kl(student, teacher, ids, 16) == pytest.approx(want, rel=1e-5) and want > 0

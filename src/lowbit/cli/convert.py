@@ -78,8 +78,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cb.add_argument("--seed", type=int, default=0, help="seed of the k-means sampling (default 0)")
     cb.add_argument("--beam", type=int, default=8,
                     help="beam width of the code search for m > 1 (AQLM; exact joint search when 2^(m*b) <= 256; default 8)")
-    cb.add_argument("--calibration", metavar="TEXT", default=None,
-                    help="a text file to calibrate on (use a different text from the one you evaluate on): by default "
+    cb.add_argument("--calibration", metavar="TEXT", default=None, nargs="+",
+                    help="text file(s) to calibrate on, read one after the other (use a different text from the one you "
+                         "evaluate on): by default "
                          "error feedback with each linear's input Hessian, then a knowledge-distillation fine-tune (see "
                          "below); with --no-error-feedback --finetune-steps 0, each input channel's error weighted by its "
                          "mean x^2 over the text (run through the source model in float32)")
@@ -115,6 +116,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                          f"LLM-QAT, against overfitting a short calibration text (default {TEACHER_TOKENS}; 0: none)")
     cb.add_argument("--teacher-frac", type=float, default=TEACHER_FRAC, metavar="P",
                     help=f"share of the fine-tuning windows taken from the sampled text (default {TEACHER_FRAC:g})")
+    cb.add_argument("--finetune-holdout", type=int, default=0, metavar="N",
+                    help="leave the last N calibration tokens out of the fine-tune and print the KL to the source model "
+                         "on them before and after it (also kept in the model's config.json): a rising value means the "
+                         "fine-tune overfits the calibration text (default 0: no check)")
     cb.add_argument("--pv-steps", type=int, default=PV_STEPS, metavar="N",
                     help="after the fine-tune, PV-tuning's discrete step: every linear's codes chosen again by error "
                          "feedback with its fine-tuned codebooks and scales (kept where they lower the layer's output "
@@ -134,6 +139,8 @@ def finetune_options(args) -> dict:
         opts.update(teacher_tokens=args.teacher_tokens, extra_frac=args.teacher_frac)
     if args.pv_steps:
         opts["pv_steps"] = args.pv_steps
+    if args.finetune_holdout:
+        opts["holdout"] = args.finetune_holdout
     return opts
 
 

@@ -176,11 +176,12 @@ def window(data: torch.Tensor, more: list[torch.Tensor], seq: int, extra_frac: f
 
 def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: int, seq: int = 256, batch: int = 1,
              lr: float = 1e-3, seed: int = 0, progress: bool = True, schedule: str = "constant", warmup: int = 0,
-             extra: list[list[int]] | None = None, extra_frac: float = 0.0) -> list[float]:
+             extra: list[list[int]] | None = None, extra_frac: float = 0.0, on_step=None) -> list[float]:
     """Trains student's codebooks, scales and norms towards teacher on windows of ids; returns the KD loss of
     each step (before its update). lr is relative: each tensor's Adam step size is lr times its RMS, times
     lr_factor(schedule, warmup). extra: more token sequences (e.g. kd_data.teacher_samples); each window comes from
-    one of them with probability extra_frac (a seeded draw per step), else from ids."""
+    one of them with probability extra_frac (a seeded draw per step), else from ids. on_step(steps done, student)
+    is called after every step (e.g. to save a checkpoint)."""
     from tqdm.auto import tqdm
 
     if steps < 0 or seq < 2 or batch < 1 or warmup < 0:
@@ -226,16 +227,18 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
         opt.step()
         losses.append(float(loss.detach()))
         bar.set_postfix_str(f"KL {losses[-1]:.4f}", refresh=False)
+        if on_step is not None:
+            on_step(step + 1, student)
     for p in params:
         p.requires_grad_(False)
     return losses
 
 
 def tune_model(ckpt, text: str, tokens: int, options: dict, error_feedback: bool, damp: float, steps: int,
-               finetune_options: dict, lm_head_format: str, progress: bool = True) -> dict:
+               finetune_options: dict, lm_head_format: str, progress: bool = True, log: dict | None = None) -> dict:
     """convert()'s codebook path with the whole model in memory: HF name -> CodebookWeight for every decoder
     linear (with error feedback, or calibrated by the diagonal statistics) and, after `steps` of fine-tuning,
-    the fine-tuned float32 norm weights too."""
+    the fine-tuned float32 norm weights too. log: filled by tune() (the held-out KL)."""
     from lowbit.io.calibrate import calibration_ids
     from lowbit.io.checkpoint import EMBED, LM_HEAD, is_linear
     from lowbit.io.torch_llama import check_llama, dense
@@ -257,24 +260,47 @@ def tune_model(ckpt, text: str, tokens: int, options: dict, error_feedback: bool
 
         head = pack(weights.get(LM_HEAD, weights[EMBED]), lm_head_format).dequantize()
         out = tune(config, weights, ckpt.tokenizer(), ids, out, head, steps,
-                   {"seed": options.get("seed", 0), **finetune_options}, damp, options.get("beam", 8), progress)[0]
+                   {"seed": options.get("seed", 0), **finetune_options}, damp, options.get("beam", 8), progress,
+                   log=log)[0]
     return out
 
 
+def heldout_kl(student: TorchLlama, teacher: TorchLlama, ids: list[int], seq: int) -> float:
+    """Mean KL(teacher || student) per token over consecutive windows of ids (at most seq tokens, >= 2 each)."""
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for w in windows(ids, seq):
+            total += float(kd_loss(student, teacher, w)) * (w.shape[1] - 1)
+            n += w.shape[1] - 1
+    return total / max(n, 1)
+
+
 def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, head, steps: int,
-         finetune_options: dict, damp: float = 0.01, beam: int = 8, progress: bool = True) -> tuple[dict, list[float]]:
+         finetune_options: dict, damp: float = 0.01, beam: int = 8, progress: bool = True,
+         log: dict | None = None, on_step=None) -> tuple[dict, list[float]]:
     """The fine-tune of a quantized model: start (HF name -> CodebookWeight of every linear, and optionally
     fine-tuned float norms) -> the same names and every norm, trained `steps` towards the float `weights` on the
     calibration tokens ids, with the int8 lm_head `head` [vocab, hidden]; and the KD loss of every step.
     finetune_options: finetune()'s (seq, batch, lr, seed, schedule, warmup, extra_frac), plus
       teacher_tokens, teacher_len: that many tokens sampled from the teacher (kd_data.teacher_samples, in
         sequences of teacher_len), the windows drawn from them with probability extra_frac;
-      pv_steps: after the fine-tune, PV-tuning's discrete step (rechoose_codes) and pv_steps more steps."""
+      pv_steps: after the fine-tune, PV-tuning's discrete step (rechoose_codes) and pv_steps more steps;
+      holdout: the last `holdout` calibration tokens are left out of the training (and of the teacher-sample
+        prompts); the KL on them before and after each stage goes to log["holdout_kl"] as [[steps done, KL], ...]
+        (printed with progress): a rising value means the fine-tune overfits the calibration text."""
     from lowbit.io.kd_data import teacher_samples
 
     opts = dict(finetune_options)
     n_extra, length = int(opts.pop("teacher_tokens", 0)), int(opts.pop("teacher_len", 128))
     pv_steps = int(opts.pop("pv_steps", 0))
+    n_hold = int(opts.pop("holdout", 0))
+    hold = []
+    if n_hold:
+        if n_hold < 2 or len(ids) - n_hold < 2:
+            raise ValueError(f"holdout needs 2 <= holdout <= calibration tokens - 2 (got {n_hold} of {len(ids)} "
+                             "tokens)")
+        ids, hold = ids[:-n_hold], ids[-n_hold:]
+    record = log if log is not None else {}
     extra = []
     if n_extra and (steps or pv_steps):
         extra = teacher_samples(config, weights, tokenizer, ids, n_extra, length=length, seed=opts.get("seed", 0),
@@ -284,9 +310,20 @@ def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, he
     teacher = TorchLlama(config, weights)
     losses = []
 
+    def check(student: TorchLlama) -> None:
+        if hold:
+            kl = heldout_kl(student, teacher, hold, opts.get("seq", 256))
+            record.setdefault("holdout_kl", []).append([len(losses), kl])
+            if progress:
+                print(f"codebook fine-tune: held-out KL {kl:.4f} after {len(losses)} steps ({len(hold)} tokens)")
+
     def stage(tuned: dict, n: int) -> dict:
         student = TorchLlama(config, {**weights, **tuned}, lm_head=head)
-        losses.extend(finetune(student, teacher, ids, n, progress=progress, extra=extra, **opts))
+        check(student)
+        done = len(losses)
+        hook = None if on_step is None else (lambda k, st: on_step(done + k, st))
+        losses.extend(finetune(student, teacher, ids, n, progress=progress, extra=extra, on_step=hook, **opts))
+        check(student)
         return {**{name: lin.packed() for name, lin in student.codebook_linears().items()}, **student.norms()}
 
     tuned = stage(dict(start), steps)
@@ -300,15 +337,18 @@ def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, he
 
 
 def finetune_dir(model_dir, source, out, text: str, tokens: int, steps: int, finetune_options: dict,
-                 progress: bool = True, overwrite: bool = False):
+                 progress: bool = True, overwrite: bool = False, save_every: int = 0):
     """Fine-tunes an existing codebook model directory again (its codes kept) towards its float source and writes
     the result to out: every other tensor is copied as it is. For experiments: a fine-tune without redoing the
-    error feedback (convert() with finetune_steps=0 first)."""
+    error feedback (convert() with finetune_steps=0 first). save_every: also write the model after every that many
+    steps to `out`-STEP (e.g. out-100), to read a long fine-tune partway."""
     from lowbit.io.calibrate import calibration_ids
     from lowbit.io.checkpoint import LM_HEAD, open_checkpoint
     from lowbit.io.modeldir import LowbitCheckpoint, ModelDirWriter
     from lowbit.io.torch_llama import check_llama, dense
 
+    if save_every < 0:
+        raise ValueError(f"save_every must be >= 0, got {save_every}")
     ck = LowbitCheckpoint(model_dir)
     src = open_checkpoint(source)
     config = dict(src.config)
@@ -322,15 +362,26 @@ def finetune_dir(model_dir, source, out, text: str, tokens: int, steps: int, fin
     start = {n: v for n, v in mine.items() if isinstance(v, CodebookWeight)}
     start.update({n: dense(v) for n, v in mine.items() if "norm" in n})
     fmt = ck.lowbit.get("format_options") or {}
+    log = {}
+
+    def write(path, tuned: dict, n: int) -> None:
+        meta = dict(ck.lowbit)
+        meta.pop("tensors", None)
+        meta.pop("version", None)
+        meta["finetune_again"] = {"from": str(model_dir), "steps": n, **finetune_options, **log}
+        with ModelDirWriter(path, overwrite=overwrite) as writer:
+            for name in names:
+                writer.add(name, tuned.get(name, mine[name]))
+            writer.finish(dict(ck.config), ck.tokenizer(), meta)
+
+    def checkpoint(n: int, student: TorchLlama) -> None:
+        if save_every and n % save_every == 0 and n < steps:
+            write(f"{out}-{n}", {**{k: lin.packed() for k, lin in student.codebook_linears().items()},
+                                 **student.norms()}, n)
+
     done, losses = tune(config, weights, src.tokenizer(), ids, start, dense(mine[LM_HEAD]), steps, finetune_options,
-                        (ck.lowbit.get("error_feedback") or {}).get("damp", 0.01), fmt.get("beam", 8), progress)
+                        (ck.lowbit.get("error_feedback") or {}).get("damp", 0.01), fmt.get("beam", 8), progress, log,
+                        on_step=checkpoint)
     del weights
-    meta = dict(ck.lowbit)
-    meta.pop("tensors", None)
-    meta.pop("version", None)
-    meta["finetune_again"] = {"from": str(model_dir), "steps": steps, **finetune_options}
-    with ModelDirWriter(out, overwrite=overwrite) as writer:
-        for name in names:
-            writer.add(name, done.get(name, mine[name]))
-        writer.finish(dict(ck.config), ck.tokenizer(), meta)
+    write(out, done, steps)
     return losses

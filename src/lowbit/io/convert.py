@@ -109,6 +109,20 @@ def _check_format(name: str, fmt: str) -> None:
         raise ValueError(f"unknown {name} {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
+def calibration_text(files) -> str:
+    """The calibration files' texts, one after the other (a blank line between); FileNotFoundError naming a
+    missing one."""
+    if not files:
+        raise ValueError("calibration needs at least one text file")
+    texts = []
+    for f in files:
+        path = pathlib.Path(f)
+        if not path.is_file():
+            raise FileNotFoundError(f"calibration text not found: {path}")
+        texts.append(path.read_text(encoding="utf-8", errors="replace"))
+    return "\n\n".join(texts)
+
+
 def convert(src, out, format: str = "int4", group_size: int | None = None, lm_head_format: str = LM_HEAD_FORMAT,
             embed_format: str = "bf16", overwrite: bool = False, progress: bool = True,
             shard_bytes: int = SHARD_BYTES, ternary_method: str = "absmean",
@@ -132,8 +146,9 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
             ternary-valued keep their own scale either way.
         format_options: extra quantize() options of `format` (codebook: m, v, b, g, seed, iters); a
             parameterized name such as "codebook-m2v8b8g128" sets them too.
-        calibration: a text file; codebook weights then minimize the error weighted by each input channel's
-            mean x^2 on its first `calibration_tokens` tokens, run through the source model in float32.
+        calibration: a text file, or a list of them (read one after the other); codebook weights then minimize the
+            error weighted by each input channel's mean x^2 on its first `calibration_tokens` tokens, run through the
+            source model in float32.
         error_feedback: codebook with calibration: GPTQ-style error feedback with each linear's full input
             Hessian, collected layer by layer from the model quantized so far (io.codebook_tune; torch;
             Llama family). damp: the Hessian's dampening (fraction of its mean diagonal).
@@ -157,13 +172,14 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
     names = ckpt.tensor_names()
     config = dict(ckpt.config)
     tied = LM_HEAD not in names
-    importance, done = {}, {}
+    importance, done, tune_log = {}, {}, {}
     if (error_feedback or finetune_steps) and calibration is None:
         raise ValueError("error feedback and fine-tuning need a calibration text (calibration=...)")
     if calibration is not None:
         if format != "codebook":
             raise ValueError(f"calibration applies to the codebook format, not {format!r}")
-        text = pathlib.Path(calibration).read_text(encoding="utf-8", errors="replace")
+        files = [calibration] if isinstance(calibration, (str, pathlib.Path)) else list(calibration)
+        text = calibration_text(files)
         if error_feedback or finetune_steps:
             try:
                 from lowbit.io.codebook_tune import tune_model
@@ -172,7 +188,7 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
                                    "pip install 'lowbit[tune]', or pass --no-error-feedback --finetune-steps 0") from e
 
             done = tune_model(ckpt, text, calibration_tokens, format_options, error_feedback, damp, finetune_steps,
-                              finetune_options or {}, lm_head_format, progress)
+                              finetune_options or {}, lm_head_format, progress, log=tune_log)
         else:
             from lowbit.io.calibrate import activation_stats
 
@@ -213,9 +229,10 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         if tied:  # the directory now holds its own lm_head
             config["tie_word_embeddings"] = False
         meta = {"format": format, "group_size": group_size, "format_options": format_options,
-                "calibration": None if calibration is None else [pathlib.Path(calibration).name, calibration_tokens],
+                "calibration": None if calibration is None else [",".join(pathlib.Path(f).name for f in files),
+                                                                 calibration_tokens],
                 "error_feedback": bool(error_feedback) and {"damp": damp},
-                "finetune": bool(finetune_steps) and {"steps": finetune_steps, **(finetune_options or {})},
+                "finetune": bool(finetune_steps) and {"steps": finetune_steps, **(finetune_options or {}), **tune_log},
                 "lm_head_format": lm_head_format,
                 "embed_format": embed_format, "ternary_method": ternary_method, "source": str(ckpt.path), "source_kind": ckpt.kind,
                 "tied_embeddings": tied or bool(ckpt.config.get("tie_word_embeddings"))}

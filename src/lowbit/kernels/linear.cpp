@@ -10,7 +10,13 @@ namespace lowbit {
 
 namespace {
 constexpr int64_t kFloatBlocksPerTask = 8;
-constexpr int64_t kTokChunk = 64;  // prefill: tokens per task, so a small M still feeds every thread
+// Prefill: tokens per task. The AVX2 panel GEMM unpacks a block's codes once per task, for all its tokens, so
+// longer chunks share that unpack (~4 % of the GEMM at 64 tokens); shorter ones give the threads more, smaller
+// tasks to finish together. kTokChunkLong when every thread still gets kLongChunkTasks blocks or more (one
+// thread always): best of alternating short runs, bitnet-0.7b layer GEMMs at N = 128, 1 thread, +1.2 %
+// (scripts/prefill_gemm_ab.py); at 2 threads 128-token tasks for every matrix measured 0.95x (a loaded machine:
+// noisy), so there the matrices of fewer blocks (1536 rows: 12 a thread) keep 64-token tasks.
+constexpr int64_t kTokChunk = 64, kTokChunkLong = 128, kLongChunkTasks = 16;
 // What a thread prefetches of its run of the next matrix while it waits (the join, a worker's wait through
 // the caller's serial stretch): about what one core streams in ~10 us, a quarter of its L2. Issued in
 // slices between checks for the next run (thread_pool.cpp), so a large budget delays nothing.
@@ -23,10 +29,12 @@ IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTa
   j.a = a;
   j.y = y;
   j.ldy = w.M;
-  j.tok_chunk = a.N > kTokChunk ? kTokChunk : std::max<int64_t>(a.N, 1);
+  const int64_t threads = pool_threads();
+  const int64_t chunk = threads == 1 || w.Mb >= kLongChunkTasks * threads ? kTokChunkLong : kTokChunk;
+  j.tok_chunk = a.N > chunk ? chunk : std::max<int64_t>(a.N, 1);
   j.n_tok_chunks = (a.N + j.tok_chunk - 1) / j.tok_chunk;
   j.bounds.push_back(0);
-  if (j.n_tok_chunks > 1) {  // prefill: compute-bound, one block per task
+  if (a.N > kTokChunk) {  // prefill: compute-bound, one block per task
     for (int64_t b = 1; b <= w.Mb; ++b) j.bounds.push_back(b);
   } else if (a.N >= kComputeBoundRows) {
     // A batched decode step (8-64 rows): bound by compute like prefill, so no long streams to keep; ~8 short
