@@ -103,16 +103,24 @@ def test_e2e_shape_json(capsys, head, head_bytes):
 def test_e2e_profile(capsys):
     args = ["bench", "e2e", "--shape", "bitnet-0.7b", "--layers", "1", "-p", "8", "-n", "4", "-r", "1", "-t", "2"]
     assert main(args + ["--profile", "--json"]) == 0
-    p = json.loads(capsys.readouterr().out)["profile"]
+    res = json.loads(capsys.readouterr().out)
+    p = res["profile"]
     for kind, n in (("decode", 4), ("prefill", 8)):
         row = p[kind]
         assert row["tokens"] == n
         parts = [row[c] for c in ("gemv", "join", "attention", "lm_head", "rest", "python")]
         assert min(parts) >= 0 and row["gemv"] > 0 and row["lm_head"] > 0
         assert sum(parts) == pytest.approx(row["total"], rel=1e-3)
+        joins = [row[c] for c in ("join_gemv", "join_attention", "join_lm_head", "join_rest")]
+        assert min(joins) >= 0 and sum(joins) == pytest.approx(row["join"], rel=1e-6, abs=1e-9)
+    r, d, b = p["decode_rates"], p["decode"], res["bytes_per_token"]  # each part's bytes over its ms (+ its joins)
+    assert r["token_gbps"] == pytest.approx(b["total"] / (d["total"] * 1e6), rel=1e-6)
+    assert r["gemv_gbps"] == pytest.approx(b["blocks"] / ((d["gemv"] + d["join_gemv"]) * 1e6), rel=1e-6)
+    assert r["attention_gbps"] > 0 and r["lm_head_gbps"] > 0 and r["bandwidth_gbps"] == res["bandwidth_gbps"]
     assert main(args + ["--profile"]) == 0
     out = capsys.readouterr().out
-    assert "join waits" in out and "decode tg4" in out and "prefill pp8" in out
+    assert "decode streams" in out and "attention (KV)" in out
+    assert "join waits" in out and "of which at GEMV ends" in out and "decode tg4" in out and "prefill pp8" in out
 
 
 def test_bad_arguments_fail_clearly(capsys):

@@ -167,8 +167,14 @@ def test_finetune_dir_keeps_codes_and_other_tensors(tmp_path):
                     calibration=text, calibration_tokens=300, progress=False, error_feedback=True, finetune_steps=0)
     losses = finetune_dir(first, src, tmp_path / "ft", TEXT, 300, 4,
                           {"seq": 32, "lr": 3e-2, "schedule": "cosine", "warmup": 1, "teacher_tokens": 40,
-                           "teacher_len": 16, "extra_frac": 0.5}, progress=False)
+                           "teacher_len": 16, "extra_frac": 0.5, "holdout": 40}, progress=False, save_every=2)
     assert len(losses) == 4
+    # the checkpoint after 2 of the 4 steps: same codes, codebooks between the start's and the end's
+    mid = open_checkpoint(tmp_path / "ft-2")
+    assert mid.lowbit["finetune_again"]["steps"] == 2 and not (tmp_path / "ft-4").exists()
+    assert [s for s, _ in open_checkpoint(tmp_path / "ft").lowbit["finetune_again"]["holdout_kl"]] == [0, 4]
+    cb = [open_checkpoint(d).load("model.layers.0.mlp.up_proj.weight").codebooks for d in (first, mid.path, tmp_path / "ft")]
+    assert not np.array_equal(cb[0], cb[1]) and not np.array_equal(cb[1], cb[2])
     a, b = open_checkpoint(first), open_checkpoint(tmp_path / "ft")
     assert b.lowbit["finetune_again"]["steps"] == 4 and a.tensor_names() == b.tensor_names()
     name = "model.layers.1.self_attn.o_proj.weight"
@@ -176,6 +182,8 @@ def test_finetune_dir_keeps_codes_and_other_tensors(tmp_path):
     assert np.array_equal(pa.codes, pb.codes) and not np.array_equal(pa.codebooks, pb.codebooks)
     assert np.array_equal(np.asarray(a.load("lm_head.weight").dequantize()), np.asarray(b.load("lm_head.weight").dequantize()))
     assert load(tmp_path / "ft").logits([1, 2, 3]).shape == (3, cfg["vocab_size"])
+    with pytest.raises(ValueError, match="save_every"):
+        finetune_dir(first, src, tmp_path / "z", TEXT, 300, 1, {}, progress=False, save_every=-1)
     with pytest.raises(ValueError, match="no codebook"):
         finetune_dir(convert(src, tmp_path / "i4", format="int4", progress=False), src, tmp_path / "x", TEXT, 300, 1, {},
                      progress=False)

@@ -1,7 +1,8 @@
 """The GEMM (N tokens) paths against the GEMV (one token) on every ISA: the same bits row by row, since a
 batched decode step must equal its rows run one at a time (tests/model/test_batch.py relies on it), and
-against the numpy reference. N covers the 6/4/2/1 token tiles of the panel kernels and their 64-token passes;
-M and K are not multiples of the 64-row blocks or the slices."""
+against the numpy reference. N covers the GEMV run once per token (N = 2-3; 2-16 for 4-bit codes), the 6/4/2/1
+token tiles of the panel kernels and their 64-token passes; M and K are not multiples of the 64-row blocks or
+the slices."""
 import numpy as np
 import pytest
 
@@ -13,7 +14,7 @@ CASES = [("int8", {}), ("int8", {"group_size": None}), ("int8", {"group_size": 9
 
 
 @pytest.mark.parametrize("fmt,opts", CASES, ids=lambda c: c if isinstance(c, str) else str(c))
-@pytest.mark.parametrize("n", [4, 7, 16, 70])
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 16, 70])
 def test_gemm_rows_equal_gemv_bitwise(isa, fmt, opts, n, rng):
     m, k = 141, 1000  # 3 row blocks (the last of 13 rows), K padded to the format's unit
     w = rng.standard_normal((m, k)).astype(np.float32)

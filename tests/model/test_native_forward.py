@@ -144,6 +144,8 @@ def test_profile_counts_steps():
         parts = [d[c] for c in ("gemv", "join", "attention", "lm_head", "rest")]
         assert all(v >= 0 for v in parts) and d["gemv"] > 0 and d["attention"] > 0 and d["lm_head"] > 0
         assert sum(parts) == pytest.approx(d["seconds"], rel=1e-6)
+        joins = [d[f"join_{c}"] for c in ("gemv", "attention", "lm_head", "rest")]  # the join by stretch
+        assert min(joins) >= 0 and sum(joins) == pytest.approx(d["join"], rel=1e-6, abs=1e-12)
 
 
 def test_schedule_across_matrices_changes_no_number():

@@ -161,6 +161,24 @@ def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int
             "isa": lowbit.cpu_info()["isa"]}
 
 
+def decode_rates(row: dict, per_tok: dict, bandwidth_gbps: float) -> dict:
+    """GB/s each part of a profiled decode token streams (bytes_per_token's parts over their ms per token, each
+    with the join waits at its own barriers): where the roofline's gap is. row: step_profile's "decode" row."""
+    def rate(nbytes: int, *cats: str) -> float:
+        ms = sum(row.get(c, 0.0) for c in cats)
+        return nbytes / (ms * 1e6) if ms > 0 else 0.0
+    return {"gemv_gbps": rate(per_tok["blocks"], "gemv", "join_gemv"),
+            "attention_gbps": rate(per_tok["kv_cache"], "attention", "join_attention"),
+            "lm_head_gbps": rate(per_tok["lm_head"], "lm_head", "join_lm_head"),
+            "token_gbps": rate(per_tok["total"], "total"), "bandwidth_gbps": float(bandwidth_gbps)}
+
+
+def format_rates(r: dict) -> str:
+    return (f"  decode streams (bytes per token / its ms, joins at its barriers included): GEMV {r['gemv_gbps']:.1f}, "
+            f"attention (KV) {r['attention_gbps']:.1f}, lm_head {r['lm_head_gbps']:.1f}, whole token "
+            f"{r['token_gbps']:.1f} GB/s; bandwidth read {r['bandwidth_gbps']:.1f} GB/s")
+
+
 def print_result(r: dict) -> None:
     b = r["bytes_per_token"]
     print(f"{r['model']}: {r['params'] / 1e9:.2f} B params, {r['size_bytes'] / 1e9:.2f} GB, "
@@ -225,6 +243,8 @@ def main(args) -> int:
         from lowbit.model.profile import step_profile
 
         res["profile"] = step_profile(model, args.prompt_tokens, args.gen_tokens, repeats=max(1, args.repeats - 1))
+        res["profile"]["decode_rates"] = decode_rates(res["profile"]["decode"], res["bytes_per_token"],
+                                                      res["bandwidth_gbps"])
     if args.json:
         print_json(res)
     else:
@@ -233,6 +253,7 @@ def main(args) -> int:
             from lowbit.model.profile import format_profile
 
             print(format_profile(res["profile"]))
+            print(format_rates(res["profile"]["decode_rates"]))
     return 0
 
 

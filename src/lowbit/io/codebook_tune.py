@@ -176,11 +176,12 @@ def window(data: torch.Tensor, more: list[torch.Tensor], seq: int, extra_frac: f
 
 def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: int, seq: int = 256, batch: int = 1,
              lr: float = 1e-3, seed: int = 0, progress: bool = True, schedule: str = "constant", warmup: int = 0,
-             extra: list[list[int]] | None = None, extra_frac: float = 0.0) -> list[float]:
+             extra: list[list[int]] | None = None, extra_frac: float = 0.0, on_step=None) -> list[float]:
     """Trains student's codebooks, scales and norms towards teacher on windows of ids; returns the KD loss of
     each step (before its update). lr is relative: each tensor's Adam step size is lr times its RMS, times
     lr_factor(schedule, warmup). extra: more token sequences (e.g. kd_data.teacher_samples); each window comes from
-    one of them with probability extra_frac (a seeded draw per step), else from ids."""
+    one of them with probability extra_frac (a seeded draw per step), else from ids. on_step(steps done, student)
+    is called after every step (e.g. to save a checkpoint)."""
     from tqdm.auto import tqdm
 
     if steps < 0 or seq < 2 or batch < 1 or warmup < 0:
@@ -226,6 +227,8 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
         opt.step()
         losses.append(float(loss.detach()))
         bar.set_postfix_str(f"KL {losses[-1]:.4f}", refresh=False)
+        if on_step is not None:
+            on_step(step + 1, student)
     for p in params:
         p.requires_grad_(False)
     return losses
@@ -274,7 +277,7 @@ def heldout_kl(student: TorchLlama, teacher: TorchLlama, ids: list[int], seq: in
 
 def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, head, steps: int,
          finetune_options: dict, damp: float = 0.01, beam: int = 8, progress: bool = True,
-         log: dict | None = None) -> tuple[dict, list[float]]:
+         log: dict | None = None, on_step=None) -> tuple[dict, list[float]]:
     """The fine-tune of a quantized model: start (HF name -> CodebookWeight of every linear, and optionally
     fine-tuned float norms) -> the same names and every norm, trained `steps` towards the float `weights` on the
     calibration tokens ids, with the int8 lm_head `head` [vocab, hidden]; and the KD loss of every step.
@@ -317,7 +320,9 @@ def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, he
     def stage(tuned: dict, n: int) -> dict:
         student = TorchLlama(config, {**weights, **tuned}, lm_head=head)
         check(student)
-        losses.extend(finetune(student, teacher, ids, n, progress=progress, extra=extra, **opts))
+        done = len(losses)
+        hook = None if on_step is None else (lambda k, st: on_step(done + k, st))
+        losses.extend(finetune(student, teacher, ids, n, progress=progress, extra=extra, on_step=hook, **opts))
         check(student)
         return {**{name: lin.packed() for name, lin in student.codebook_linears().items()}, **student.norms()}
 
@@ -332,15 +337,18 @@ def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, he
 
 
 def finetune_dir(model_dir, source, out, text: str, tokens: int, steps: int, finetune_options: dict,
-                 progress: bool = True, overwrite: bool = False):
+                 progress: bool = True, overwrite: bool = False, save_every: int = 0):
     """Fine-tunes an existing codebook model directory again (its codes kept) towards its float source and writes
     the result to out: every other tensor is copied as it is. For experiments: a fine-tune without redoing the
-    error feedback (convert() with finetune_steps=0 first)."""
+    error feedback (convert() with finetune_steps=0 first). save_every: also write the model after every that many
+    steps to `out`-STEP (e.g. out-100), to read a long fine-tune partway."""
     from lowbit.io.calibrate import calibration_ids
     from lowbit.io.checkpoint import LM_HEAD, open_checkpoint
     from lowbit.io.modeldir import LowbitCheckpoint, ModelDirWriter
     from lowbit.io.torch_llama import check_llama, dense
 
+    if save_every < 0:
+        raise ValueError(f"save_every must be >= 0, got {save_every}")
     ck = LowbitCheckpoint(model_dir)
     src = open_checkpoint(source)
     config = dict(src.config)
@@ -355,15 +363,25 @@ def finetune_dir(model_dir, source, out, text: str, tokens: int, steps: int, fin
     start.update({n: dense(v) for n, v in mine.items() if "norm" in n})
     fmt = ck.lowbit.get("format_options") or {}
     log = {}
+
+    def write(path, tuned: dict, n: int) -> None:
+        meta = dict(ck.lowbit)
+        meta.pop("tensors", None)
+        meta.pop("version", None)
+        meta["finetune_again"] = {"from": str(model_dir), "steps": n, **finetune_options, **log}
+        with ModelDirWriter(path, overwrite=overwrite) as writer:
+            for name in names:
+                writer.add(name, tuned.get(name, mine[name]))
+            writer.finish(dict(ck.config), ck.tokenizer(), meta)
+
+    def checkpoint(n: int, student: TorchLlama) -> None:
+        if save_every and n % save_every == 0 and n < steps:
+            write(f"{out}-{n}", {**{k: lin.packed() for k, lin in student.codebook_linears().items()},
+                                 **student.norms()}, n)
+
     done, losses = tune(config, weights, src.tokenizer(), ids, start, dense(mine[LM_HEAD]), steps, finetune_options,
-                        (ck.lowbit.get("error_feedback") or {}).get("damp", 0.01), fmt.get("beam", 8), progress, log)
+                        (ck.lowbit.get("error_feedback") or {}).get("damp", 0.01), fmt.get("beam", 8), progress, log,
+                        on_step=checkpoint)
     del weights
-    meta = dict(ck.lowbit)
-    meta.pop("tensors", None)
-    meta.pop("version", None)
-    meta["finetune_again"] = {"from": str(model_dir), "steps": steps, **finetune_options, **log}
-    with ModelDirWriter(out, overwrite=overwrite) as writer:
-        for name in names:
-            writer.add(name, done.get(name, mine[name]))
-        writer.finish(dict(ck.config), ck.tokenizer(), meta)
+    write(out, done, steps)
     return losses

@@ -10,11 +10,15 @@
 namespace lowbit {
 namespace {
 
+// Tasks: token chunks x runs of groups gb[r]..gb[r+1] x row chunks. Each run adds into its own slot of partial
+// sums (added up afterwards in a fixed order: the result does not depend on which thread ran what), and each
+// group's tables are built by the tasks that stream it (once, unless rows are split).
 struct CodebookJob {
   CodebookWeights w;
   const float* x;
-  int64_t N, tok_chunk, n_tc, n_gc, n_rc, gpc, tpc;  // gpc: groups per group chunk, tpc: tiles per row chunk
-  float* yp;                                          // [n_gc][N][Mt*8] partial sums
+  int64_t N, tok_chunk, n_tc, n_gc, n_rc, tpc;  // n_gc: runs of groups, tpc: tiles per row chunk
+  std::vector<int64_t> gb;                       // the runs' group bounds [n_gc + 1]
+  float* yp;                                     // [n_gc][N][Mt*tile] partial sums
   CodebookKernel k;
   int64_t tasks() const { return n_gc * n_rc * n_tc; }
 };
@@ -22,30 +26,37 @@ struct CodebookJob {
 void codebook_task(void* p, int64_t t) {
   const CodebookJob& j = *static_cast<const CodebookJob*>(p);
   const int64_t tc = t % j.n_tc, rc = (t / j.n_tc) % j.n_rc, gc = t / (j.n_tc * j.n_rc);
-  const int64_t g0 = gc * j.gpc, g1 = std::min(j.w.G, g0 + j.gpc);
+  const int64_t g0 = j.gb[gc], g1 = j.gb[gc + 1];
   const int64_t t0 = rc * j.tpc, t1 = std::min(j.w.Mt, t0 + j.tpc);
   const int64_t n0 = tc * j.tok_chunk, n1 = std::min(j.N, n0 + j.tok_chunk);
   if (g0 >= g1 || t0 >= t1) return;
+  const int64_t ldy = j.w.Mt * j.w.tile();
+  // the task's part of its run's sums, zeroed here (in parallel, and warm in cache for the kernel)
+  float* yp = j.yp + (gc * j.N + n0) * ldy;
+  for (int64_t n = 0; n < n1 - n0; ++n) std::memset(yp + n * ldy + t0 * j.w.tile(), 0, (t1 - t0) * j.w.tile() * sizeof(float));
   thread_local std::vector<float> tables;
   const size_t need = (size_t)codebook_table_floats(j.w, n1 - n0);
   if (tables.size() < need) tables.resize(need);
-  const int64_t ldy = j.w.Mt * j.w.tile();
-  j.k(j.w, j.x + n0 * j.w.Kp, j.w.Kp, n1 - n0, g0, g1, t0, t1, j.yp + (gc * j.N + n0) * ldy, ldy, tables.data());
+  j.k(j.w, j.x + n0 * j.w.Kp, j.w.Kp, n1 - n0, g0, g1, t0, t1, yp, ldy, tables.data());
 }
 
 struct ReduceJob {
   const float* yp;
   float* y;
-  int64_t N, M, ldy, n_gc;
+  int64_t N, M, ldy, n_sums, chunk;  // task t: token t / (columns / chunk), the columns of its chunk
 };
 
-void reduce_task(void* p, int64_t n) {
+constexpr size_t kKeepFloats = size_t(1) << 20;  // 4 MiB: decode's partial sums fit, prefill's need not
+constexpr int64_t kReduceChunk = 2048;            // columns per reduce task (one token's sums split across threads)
+
+void reduce_task(void* p, int64_t t) {
   const ReduceJob& r = *static_cast<const ReduceJob*>(p);
+  const int64_t per = (r.M + r.chunk - 1) / r.chunk, n = t / per, i0 = (t % per) * r.chunk, i1 = std::min(r.M, i0 + r.chunk);
   float* dst = r.y + n * r.M;
-  std::memcpy(dst, r.yp + n * r.ldy, r.M * sizeof(float));
-  for (int64_t gc = 1; gc < r.n_gc; ++gc) {
+  std::memcpy(dst + i0, r.yp + n * r.ldy + i0, (i1 - i0) * sizeof(float));
+  for (int64_t gc = 1; gc < r.n_sums; ++gc) {
     const float* src = r.yp + (gc * r.N + n) * r.ldy;
-    for (int64_t i = 0; i < r.M; ++i) dst[i] += src[i];
+    for (int64_t i = i0; i < i1; ++i) dst[i] += src[i];
   }
 }
 
@@ -231,29 +242,62 @@ CodebookKernel codebook_kernel(bool psum, const char** name) {
 
 void codebook_run(const CodebookWeights& w, const float* x, int64_t N, float* y, CodebookKernel k) {
   const bool psum = k == codebook_psum_scalar || k == codebook_psum_avx2;
-  CodebookJob j{w, x, N, 0, 0, 1, 1, w.G, w.Mt, nullptr, k};
+  CodebookJob j;
+  j.w = w;
+  j.x = x;
+  j.N = N;
+  j.k = k;
+  j.n_rc = 1;
   // Psumbook: a few tokens per task so their tables (N x 32 KiB) stay in L2 while the codes of a row tile
   // are reused; dequantize: many tokens per dequantized [8 rows][group] buffer.
   j.tok_chunk = std::min<int64_t>(std::max<int64_t>(N, 1), psum ? 4 : 64);
   j.n_tc = (N + j.tok_chunk - 1) / j.tok_chunk;
-  const int64_t want = 4 * (int64_t)pool_threads();
-  if (j.n_tc < want) {
-    // Few tokens (decode): split K into group chunks (each builds only its own tables; partial sums are
-    // added afterwards), then rows if there are too few groups.
-    j.n_gc = std::min<int64_t>(w.G, (want + j.n_tc - 1) / j.n_tc);
-    j.n_rc = std::min<int64_t>(w.Mt, std::max<int64_t>(1, (want + j.n_gc * j.n_tc - 1) / (j.n_gc * j.n_tc)));
+  const int64_t T = pool_threads(), want = 4 * T;
+  j.gb.push_back(0);
+  if (j.n_tc == 1 && (T == 1 || w.G >= 2 * T)) {
+    // decode: T long runs of groups over ~80 % of K (each thread streams one contiguous range), then shrinking
+    // runs for the tail, each 1/(4T) of what is left, so the threads reach the join together (as the integer
+    // GEMV's row runs, linear.cpp); one thread: one run (no partial sums to add)
+    if (T == 1) {
+      j.gb.push_back(w.G);
+    } else {
+      const int64_t head = w.G * 4 / 5 / T;
+      int64_t g = 0;
+      for (int64_t t = 0; t < T; ++t) j.gb.push_back(g += head);
+      while (g < w.G) j.gb.push_back(g = std::min(w.G, g + std::max<int64_t>(1, (w.G - g) / (4 * T))));
+    }
+  } else {
+    // few token chunks: equal group chunks (each builds only its own tables), then rows if there are too few
+    // groups; many: token chunks only
+    int64_t n_gc = 1;
+    if (j.n_tc < want) {
+      n_gc = std::min<int64_t>(w.G, (want + j.n_tc - 1) / j.n_tc);
+      j.n_rc = std::min<int64_t>(w.Mt, std::max<int64_t>(1, (want + n_gc * j.n_tc - 1) / (n_gc * j.n_tc)));
+    }
+    const int64_t gpc = (w.G + n_gc - 1) / n_gc;
+    for (int64_t g = gpc; g < w.G + gpc; g += gpc) j.gb.push_back(std::min(g, w.G));
   }
-  j.gpc = (w.G + j.n_gc - 1) / j.n_gc;
-  j.n_gc = (w.G + j.gpc - 1) / j.gpc;
+  j.n_gc = (int64_t)j.gb.size() - 1;
   j.tpc = (w.Mt + j.n_rc - 1) / j.n_rc;
   j.n_rc = (w.Mt + j.tpc - 1) / j.tpc;
   const int64_t ldy = w.Mt * w.tile();
-  std::vector<float> yp((size_t)(j.n_gc * N * ldy), 0.f);
-  j.yp = yp.data();
+  // the partial sums: up to kKeepFloats (decode sizes) a buffer kept by the calling thread (no allocation and
+  // page faults per call); the tasks zero what they use
+  thread_local std::vector<float> keep;
+  std::vector<float> fresh;
+  const size_t need = (size_t)(j.n_gc * N * ldy);
+  std::vector<float>& buf = need > kKeepFloats ? fresh : keep;
+  if (buf.size() < need) buf.resize(need);
+  j.yp = buf.data();
   pool_run(j.tasks(), codebook_task, &j);
-  ReduceJob r{yp.data(), y, N, w.M, ldy, j.n_gc};
-  if (N == 1) reduce_task(&r, 0);
-  else pool_run(N, reduce_task, &r);
+  // y = the sum of the partial sums; one token's columns split across the threads
+  ReduceJob r{j.yp, y, N, w.M, ldy, j.n_gc, kReduceChunk};
+  const int64_t rtasks = N * ((w.M + r.chunk - 1) / r.chunk);
+  if (rtasks == 1 || r.n_sums == 1) {
+    for (int64_t t = 0; t < rtasks; ++t) reduce_task(&r, t);
+  } else {
+    pool_run(rtasks, reduce_task, &r);
+  }
 }
 
 }  // namespace lowbit

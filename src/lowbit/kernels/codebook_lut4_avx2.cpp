@@ -16,34 +16,87 @@
 namespace lowbit {
 namespace {
 
+// the maxima of 8 vectors, one per lane: [max(pm[0]), ..., max(pm[7])]
+inline __m256 hmax8(const __m256* pm) {
+  __m256 h[4];
+  for (int j = 0; j < 4; ++j)
+    h[j] = _mm256_max_ps(_mm256_shuffle_ps(pm[2 * j], pm[2 * j + 1], 0x88), _mm256_shuffle_ps(pm[2 * j], pm[2 * j + 1], 0xDD));
+  const __m256 ab = _mm256_max_ps(_mm256_shuffle_ps(h[0], h[1], 0x88), _mm256_shuffle_ps(h[0], h[1], 0xDD));
+  const __m256 cd = _mm256_max_ps(_mm256_shuffle_ps(h[2], h[3], 0x88), _mm256_shuffle_ps(h[2], h[3], 0xDD));
+  return _mm256_max_ps(_mm256_permute2f128_ps(ab, cd, 0x20), _mm256_permute2f128_ps(ab, cd, 0x31));
+}
+
 // float tables T[q][16] of pairs q = s*m + i (V inputs per segment; V = 0: w.v at run time) -> tf, the per-pair
-// maxima |T| -> mxq; returns the vector of running maxima.
+// maxima |T| -> mxq (8 pairs at a time: written up to S*m rounded up to 8); returns the vector of running maxima.
+// The build is bound by loads when the codebook comes from memory with every FMA: for V = 4 a codebook's
+// transposed centroids (8 ymm) stay in registers across the segments, for V = 8 half of them (8 ymm) at a time,
+// so only the activations are loaded (broadcasts).
 template <int V>
 __m256 float_tables_lut4(const CodebookWeights& w, const float* xg, int64_t S, float* tf, float* mxq) {
-  const int64_t m = w.m, v = V ? V : w.v;
-  __m256 amax = _mm256_setzero_ps();
-  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  for (int64_t s = 0; s < S; ++s) {
-    const float* xs = xg + s * v;
+  const int64_t m = w.m, v = V ? V : w.v, P = S * m;
+  if (V == 4) {
     for (int64_t i = 0; i < m; ++i) {
-      const float* cb = w.cbT + i * v * 16;
-      __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(cb), _mm256_broadcast_ss(xs));
-      __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(cb + 8), _mm256_broadcast_ss(xs));
-#pragma GCC unroll 8
-      for (int64_t d = 1; d < v; ++d) {
-        const __m256 xd = _mm256_broadcast_ss(xs + d);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(cb + d * 16), xd, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(cb + d * 16 + 8), xd, a1);
+      const float* cb = w.cbT + i * 64;
+      __m256 c[8];
+      for (int k = 0; k < 8; ++k) c[k] = _mm256_loadu_ps(cb + 8 * k);  // c[2d + h] = C_i^T[d][8h .. 8h + 8)
+      for (int64_t s = 0; s < S; ++s) {
+        const float* xs = xg + s * 4;
+        const __m256 x0 = _mm256_broadcast_ss(xs), x1 = _mm256_broadcast_ss(xs + 1);
+        const __m256 x2 = _mm256_broadcast_ss(xs + 2), x3 = _mm256_broadcast_ss(xs + 3);
+        const __m256 a0 = _mm256_add_ps(_mm256_fmadd_ps(c[2], x1, _mm256_mul_ps(c[0], x0)),
+                                        _mm256_fmadd_ps(c[6], x3, _mm256_mul_ps(c[4], x2)));
+        const __m256 a1 = _mm256_add_ps(_mm256_fmadd_ps(c[3], x1, _mm256_mul_ps(c[1], x0)),
+                                        _mm256_fmadd_ps(c[7], x3, _mm256_mul_ps(c[5], x2)));
+        float* t = tf + (s * m + i) * 16;
+        _mm256_storeu_ps(t, a0);
+        _mm256_storeu_ps(t + 8, a1);
       }
-      float* t = tf + (s * m + i) * 16;
-      _mm256_storeu_ps(t, a0);
-      _mm256_storeu_ps(t + 8, a1);
-      const __m256 pm = _mm256_max_ps(_mm256_and_ps(a0, absmask), _mm256_and_ps(a1, absmask));
-      amax = _mm256_max_ps(amax, pm);
-      __m128 h = _mm_max_ps(_mm256_castps256_ps128(pm), _mm256_extractf128_ps(pm, 1));
-      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-      mxq[s * m + i] = _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
     }
+  } else if (V == 8) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int h = 0; h < 2; ++h) {
+        const float* cb = w.cbT + i * 128 + 8 * h;
+        __m256 c[8];
+        for (int d = 0; d < 8; ++d) c[d] = _mm256_loadu_ps(cb + 16 * d);  // C_i^T[d][8h .. 8h + 8)
+        for (int64_t s = 0; s < S; ++s) {
+          const float* xs = xg + s * 8;
+          const __m256 e = _mm256_fmadd_ps(c[2], _mm256_broadcast_ss(xs + 2), _mm256_mul_ps(c[0], _mm256_broadcast_ss(xs)));
+          const __m256 o = _mm256_fmadd_ps(c[3], _mm256_broadcast_ss(xs + 3), _mm256_mul_ps(c[1], _mm256_broadcast_ss(xs + 1)));
+          const __m256 e2 = _mm256_fmadd_ps(c[6], _mm256_broadcast_ss(xs + 6), _mm256_mul_ps(c[4], _mm256_broadcast_ss(xs + 4)));
+          const __m256 o2 = _mm256_fmadd_ps(c[7], _mm256_broadcast_ss(xs + 7), _mm256_mul_ps(c[5], _mm256_broadcast_ss(xs + 5)));
+          _mm256_storeu_ps(tf + (s * m + i) * 16 + 8 * h, _mm256_add_ps(_mm256_add_ps(e, o), _mm256_add_ps(e2, o2)));
+        }
+      }
+  } else {
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t i = 0; i < m; ++i) {
+        const float* xs = xg + s * v;
+        const float* cb = w.cbT + i * v * 16;
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(cb), _mm256_broadcast_ss(xs));
+        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(cb + 8), _mm256_broadcast_ss(xs));
+        for (int64_t d = 1; d < v; ++d) {
+          const __m256 xd = _mm256_broadcast_ss(xs + d);
+          a0 = _mm256_fmadd_ps(_mm256_loadu_ps(cb + d * 16), xd, a0);
+          a1 = _mm256_fmadd_ps(_mm256_loadu_ps(cb + d * 16 + 8), xd, a1);
+        }
+        float* t = tf + (s * m + i) * 16;
+        _mm256_storeu_ps(t, a0);
+        _mm256_storeu_ps(t + 8, a1);
+      }
+  }
+  // the per-pair maxima, 8 pairs at a time
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 amax = _mm256_setzero_ps();
+  for (int64_t q0 = 0; q0 < P; q0 += 8) {
+    __m256 pm[8];
+    for (int j = 0; j < 8; ++j) {
+      const float* t = tf + (q0 + j) * 16;
+      pm[j] = q0 + j < P ? _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(t), absmask), _mm256_and_ps(_mm256_loadu_ps(t + 8), absmask))
+                         : _mm256_setzero_ps();
+    }
+    const __m256 mx8 = hmax8(pm);
+    _mm256_storeu_ps(mxq + q0, mx8);
+    amax = _mm256_max_ps(amax, mx8);
   }
   return amax;
 }

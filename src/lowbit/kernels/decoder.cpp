@@ -59,6 +59,7 @@ struct Laps {
     const uint64_t now = cycle_ticks(), id = pool_join_idle_ticks();
     const uint64_t wall = now - mark, join = std::min(id - idle, wall);
     p->ticks[kProfJoin] += join;
+    p->join_in[cat] += join;
     p->ticks[cat] += wall - join;
     p->total_ticks += wall;
     mark = now;

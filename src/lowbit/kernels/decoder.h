@@ -46,11 +46,13 @@ struct DecoderShape {
 // Where a step's time goes (Decoder::set_profile). Off by default, and then nothing is timed; when on,
 // each stretch of a step adds its ticks (TSC) to one category, and the pool's idle time at the join of
 // every pool run inside the stretch (the mean over threads of the time from a thread's last task to the
-// end of the run) goes to kJoin instead, so the categories add up to the step's wall time.
+// end of the run) goes to kJoin instead, so the categories add up to the step's wall time; join_in splits
+// kJoin by the stretch it fell in (the joins of the GEMVs, of attention, of the lm_head).
 enum ProfCat : int { kProfGemv, kProfJoin, kProfAttn, kProfHead, kProfRest, kProfCats };
 enum StepKind : int { kStepDecode, kStepPrefill, kStepBatch, kStepKinds };
 struct StepProfile {
   uint64_t ticks[kProfCats] = {};
+  uint64_t join_in[kProfCats] = {};  // ticks[kProfJoin] by the stretch whose pool runs they ended (gemv, attention, ...)
   uint64_t total_ticks = 0;  // sum of the categories
   double seconds = 0;        // the same steps' wall time by steady_clock (converts ticks to seconds)
   int64_t steps = 0, tokens = 0;

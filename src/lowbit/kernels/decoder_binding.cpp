@@ -143,6 +143,8 @@ nb::dict profile_dict(const StepProfile& p) {
   nb::dict d;
   const double per_tick = p.total_ticks ? p.seconds / (double)p.total_ticks : 0.0;
   for (int c = 0; c < kProfCats; ++c) d[names[c]] = (double)p.ticks[c] * per_tick;
+  for (int c = 0; c < kProfCats; ++c)  // the join waits by stretch: join_gemv + join_attention + ... = join
+    if (c != kProfJoin) d[(std::string("join_") + names[c]).c_str()] = (double)p.join_in[c] * per_tick;
   d["seconds"] = p.seconds;
   d["steps"] = p.steps;
   d["tokens"] = p.tokens;
@@ -489,7 +491,8 @@ void bind_decoder(nb::module_& m) {
              d["batch"] = profile_dict(self.d.profile(kStepBatch));
              return d;
            },
-           "seconds per category (gemv, join, attention, lm_head, rest), wall seconds, steps and tokens, per kind of step")
+           "seconds per category (gemv, join, attention, lm_head, rest; join split as join_gemv, join_attention, "
+           "join_lm_head, join_rest), wall seconds, steps and tokens, per kind of step")
       .def_prop_ro("n_layers", [](PyDecoder& self) { return self.d.n_layers(); });
 }
 

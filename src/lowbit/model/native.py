@@ -144,8 +144,9 @@ class NativeDecoder:
         self._dec.set_profile(bool(on))
 
     def profile(self) -> dict:
-        """{"decode" | "prefill" | "batch": {"gemv", "join", "attention", "lm_head", "rest": seconds, "seconds":
-        wall seconds, "steps", "tokens"}} since set_profile(True)."""
+        """{"decode" | "prefill" | "batch": {"gemv", "join", "attention", "lm_head", "rest": seconds, "join_gemv",
+        "join_attention", "join_lm_head", "join_rest": the join seconds by the stretch they ended (summing to
+        "join"), "seconds": wall seconds, "steps", "tokens"}} since set_profile(True)."""
         return self._dec.profile()
 
     def decode_batch(self, x: np.ndarray, pos, slot) -> np.ndarray:

@@ -6,7 +6,8 @@
 
 Per decode token and per prefill token: time in the GEMVs / GEMMs (the threads' busy time inside the pool
 runs of the projections, activation quantization included), join waits (the mean over threads of the
-time each sat idle at the end of a pool run, from its last task to the join), attention, the lm_head, the
+time each sat idle at the end of a pool run, from its last task to the join; split by the stretch they
+ended: the GEMVs', attention's, the lm_head's), attention, the lm_head, the
 rest of the native step (norms, RoPE, KV writes, activations, residuals), and the Python around the
 native call (embedding gather, logits soft-cap, bookkeeping: the wall time of Model.decode / prefill less
 the native step's). The timers are off unless profiling (then they cost a TSC read per stretch and per
@@ -19,8 +20,12 @@ import time
 import numpy as np
 
 CATEGORIES = ("gemv", "join", "attention", "lm_head", "rest")
+# the join waits split by the stretch whose pool runs they ended (they sum to "join")
+JOIN_PARTS = ("join_gemv", "join_attention", "join_lm_head", "join_rest")
 LABELS = {"gemv": "GEMV (GEMM in prefill)", "join": "join waits (idle at the barrier)", "attention": "attention",
-          "lm_head": "lm_head", "rest": "rest (norms, RoPE, KV, act)", "python": "Python around the step"}
+          "lm_head": "lm_head", "rest": "rest (norms, RoPE, KV, act)", "python": "Python around the step",
+          "join_gemv": "  of which at GEMV ends", "join_attention": "  of which at attention's end",
+          "join_lm_head": "  of which at the lm_head's end", "join_rest": "  of which elsewhere"}
 
 
 def step_profile(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats: int = 2, seed: int = 0) -> dict:
@@ -54,7 +59,7 @@ def step_profile(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats:
     out = {}
     for kind in ("prefill", "decode"):
         p, n = native[kind], max(native[kind]["tokens"], 1)
-        row = {c: 1e3 * p[c] / n for c in CATEGORIES}
+        row = {c: 1e3 * p[c] / n for c in (*CATEGORIES, *JOIN_PARTS)}
         row["python"] = 1e3 * max(wall[kind] - p["seconds"], 0.0) / n
         row["total"] = 1e3 * wall[kind] / n
         row["tokens"] = int(native[kind]["tokens"])
@@ -69,7 +74,8 @@ def format_profile(p: dict) -> str:
     lines = [head, f"  {'':34s} {'ms':>9s} {'%':>8s}  {'ms':>9s} {'%':>8s}"]
     d, f = p["decode"], p["prefill"]
     for c in (*CATEGORIES, "python"):
-        lines.append(f"  {LABELS[c]:34s} {d[c]:9.3f} {100 * d[c] / d['total']:7.1f}%  "
-                     f"{f[c]:9.3f} {100 * f[c] / f['total']:7.1f}%")
+        for c2 in (c, *JOIN_PARTS) if c == "join" else (c,):
+            lines.append(f"  {LABELS[c2]:34s} {d[c2]:9.3f} {100 * d[c2] / d['total']:7.1f}%  "
+                         f"{f[c2]:9.3f} {100 * f[c2] / f['total']:7.1f}%")
     lines.append(f"  {'total':34s} {d['total']:9.3f} {100.0:7.1f}%  {f['total']:9.3f} {100.0:7.1f}%")
     return "\n".join(lines)
