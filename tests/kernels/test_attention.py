@@ -157,3 +157,22 @@ def test_split_is_the_same_alone_and_in_a_batch(isa, rng):
         alone = run(q[r:r + 1], kc, vc, pos[r:r + 1], slot[r:r + 1])
         assert np.array_equal(alone[0], batch[r])
     np.testing.assert_allclose(batch, reference(q, kc, vc, pos, slot), rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_batched_rows_take_several_heads_a_task(isa, rng, threads):
+    # a batched decode step: 12 lone rows x 8 kv heads, so a pool task takes several heads of one row
+    # (attention.cpp, kAttnTasksPerThread); the same bits as each row alone (one head a task), and the reference
+    before = _native.get_threads()
+    try:
+        _native.set_threads(threads)
+        kc, vc = make_cache(rng, 12, 8, 80, 96, True)
+        q = rng.standard_normal((12, 8, 96)).astype(np.float32) * 0.3
+        pos, slot = [3 + 6 * r for r in range(12)], [(5 * r) % 12 for r in range(12)]
+        batch = run(q, kc, vc, pos, slot)
+        for r in range(12):
+            alone = run(q[r:r + 1], kc, vc, pos[r:r + 1], slot[r:r + 1])
+            assert np.array_equal(alone[0], batch[r])
+        np.testing.assert_allclose(batch, reference(q, kc, vc, pos, slot), rtol=2e-4, atol=2e-5)
+    finally:
+        _native.set_threads(before)

@@ -10,7 +10,7 @@ namespace {
 // One pool task: rows [r0, r0 + rows) of one slot against kv head h; chunk >= 0: a chunk of a split row,
 // written to the partial buffers at that index.
 struct AttnTask {
-  int64_t r0, rows, h, chunk, cost;
+  int64_t r0, rows, h, chunk, cost, nh = 1;  // kv heads [h, h + nh)
 };
 
 struct AttnPlan {
@@ -25,15 +25,40 @@ struct AttnPlan {
   const AttnPrep* prep = nullptr;                   // run at the start of each task (one task per kv head)
 };
 
+// Rows [j, j + n) of one kv head's K and V streams (row_bytes each) on their way into the cache.
+void prefetch_kv(const char* K, const char* V, int64_t row_bytes, int64_t j, int64_t n) {
+  const int64_t b0 = j * row_bytes, b1 = (j + n) * row_bytes;
+  for (int64_t b = b0; b < b1; b += 64) {
+    __builtin_prefetch(K + b, 0, 3);
+    __builtin_prefetch(V + b, 0, 3);
+  }
+}
+
+void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h);
+
 void attn_task(void* p, int64_t t) {
   const AttnPlan& P = *static_cast<const AttnPlan*>(p);
-  const AttnCall& c = *P.c;
   const AttnTask& T = P.tasks[t];
-  if (P.prep) P.prep->fn(P.prep->ctx, T.h);
+  for (int64_t h = T.h; h < T.h + T.nh; ++h) {
+    if (h + 1 < T.h + T.nh) {  // the next head's first positions come in while this one runs
+      const AttnCall& c = *P.c;
+      const int64_t es = c.f16 ? 2 : 4, row_bytes = c.hd * es;
+      const int64_t off = (c.slot[T.r0] * c.slot_stride + (h + 1) * c.max_ctx * c.hd) * es;
+      const int64_t lo = P.lo[T.r0] / 8 * 8;
+      prefetch_kv(static_cast<const char*>(c.kc) + off, static_cast<const char*>(c.vc) + off, row_bytes, lo,
+                  std::min<int64_t>(kAttnHeadPrefetch, P.hi[T.r0] - lo));
+    }
+    attn_head(P, T, h);
+  }
+}
+
+void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
+  const AttnCall& c = *P.c;
+  if (P.prep) P.prep->fn(P.prep->ctx, h);
   const int64_t QD = c.heads * c.hd, G = c.heads / c.n_kv;
-  const int64_t off = (c.slot[T.r0] * c.slot_stride + T.h * c.max_ctx * c.hd) * (c.f16 ? 2 : 4);
+  const int64_t off = (c.slot[T.r0] * c.slot_stride + h * c.max_ctx * c.hd) * (c.f16 ? 2 : 4);
   AttnBlock b{};
-  b.q = c.q + T.r0 * QD + T.h * G * c.hd;
+  b.q = c.q + T.r0 * QD + h * G * c.hd;
   b.rows = T.rows;
   b.group = G;
   b.hd = c.hd;
@@ -42,7 +67,7 @@ void attn_task(void* p, int64_t t) {
   b.f16 = c.f16;
   b.softcap = c.softcap;
   if (T.chunk < 0) {
-    b.out = c.out + T.r0 * QD + T.h * G * c.hd;
+    b.out = c.out + T.r0 * QD + h * G * c.hd;
     b.row_stride = QD;
     b.lo = P.lo.data() + T.r0;
     b.hi = P.hi.data() + T.r0;
@@ -89,12 +114,22 @@ void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next,
   // rows of the step: a sequence decoded alone and in a batch gets the same chunks, so the same bits.
   const int64_t want = 4 * (int64_t)pool_threads();
   const int64_t split = split_min > 0 && c.n_kv < want ? (want + c.n_kv - 1) / c.n_kv : 1;
+  // Several lone rows (a batched decode step): a task takes nh kv heads of one row, so a thread walks from
+  // one head's K/V to the next with the next one's start prefetched, instead of starting every ~1 us task
+  // on a cold stream; still >= kAttnTasksPerThread tasks a thread for the balance. bitnet-0.7b, 16 rows of
+  // one slot each, all 24 layers from DRAM, 2 threads (scripts/attn_batch_ab.py, alternating, best):
+  // contexts 16-32 4.97-5.10 -> 4.16-4.34 ms, 16-144 9.8-10.2 -> 9.2-9.6 ms; prefetching 32 or 64 positions
+  // of the next head instead of 16: level or slower.
+  const int64_t nh_batch = R == 1 || prep ? 1
+      : std::max<int64_t>(1, std::min<int64_t>(c.n_kv, R * c.n_kv / (kAttnTasksPerThread * pool_threads())));
   for (const auto& [r0, rows] : blocks) {
     const int64_t lo = P.lo[r0], hi = P.hi[r0 + rows - 1], len = hi - lo;
     const int64_t nc = rows == 1 && split > 1 ? std::min(split, std::max<int64_t>(1, len / split_min)) : 1;
-    for (int64_t h = 0; h < c.n_kv; ++h) {
+    const int64_t nh = rows == 1 && nc == 1 ? nh_batch : 1;
+    for (int64_t h = 0; h < c.n_kv; h += nh) {
       if (nc == 1) {
-        P.tasks.push_back({r0, rows, h, -1, len * rows});
+        const int64_t n = std::min(nh, c.n_kv - h);
+        P.tasks.push_back({r0, rows, h, -1, len * rows * n, n});
         continue;
       }
       // chunk edges on tile edges (multiples of 8), so no tile is read by two chunks

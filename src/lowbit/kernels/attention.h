@@ -30,6 +30,10 @@ constexpr int64_t kAttnBlockQueries = 32;
 // pool fewer than 4 tasks per thread: at 2 threads, bitnet-2b's 5 kv heads become 10 tasks (not 3 + 2 on
 // the two threads); 64 positions of K/V are >= 16 KB, enough to pay for the merge.
 constexpr int64_t kAttnSplitMin = 64;
+// A batched decode step's tasks: kv heads of one row per task, at least this many tasks a thread.
+constexpr int64_t kAttnTasksPerThread = 8;
+// Positions of the next kv head's K and V a task prefetches before it runs the current one.
+constexpr int64_t kAttnHeadPrefetch = 16;
 
 // Work that must precede the attention of kv head h (a decode step's RoPE and cache write of that head's
 // q and k/v): fn(ctx, h) runs at the start of h's task, on the pool, when h is one task (one row, its
