@@ -177,7 +177,7 @@ def window(data: torch.Tensor, more: list[torch.Tensor], seq: int, extra_frac: f
 def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: int, seq: int = 256, batch: int = 1,
              lr: float = 1e-3, seed: int = 0, progress: bool = True, schedule: str = "constant", warmup: int = 0,
              extra: list[list[int]] | None = None, extra_frac: float = 0.0, on_step=None, pv_every: int = 0,
-             pv_tau: float = 0.01, pv_alpha: float = 0.1, pv_check: int = 0, pv_log: list | None = None) -> list[float]:
+             pv_tau: float = 1e-3, pv_alpha: float = 0.2, pv_check: int = 2, pv_log: list | None = None) -> list[float]:
     """Trains student's codebooks, scales and norms towards teacher on windows of ids; returns the KD loss of
     each step (before its update). lr is relative: each tensor's Adam step size is lr times its RMS, times
     lr_factor(schedule, warmup). extra: more token sequences (e.g. kd_data.teacher_samples); each window comes from
@@ -185,9 +185,10 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
     is called after every step (e.g. to save a checkpoint).
     pv_every: every that many steps, PV-tuning's discrete step with the end-to-end gradient (codebook_pv): the
     codes of the pv_tau fraction of all vectors with the largest predicted KD-loss decrease move to the centroid
-    nearest W - a*g (g: dL/dW summed since the last such step, a = pv_alpha * rms(W) / rms(g) per linear); with
-    pv_check > 0, kept only if the KD loss on pv_check fixed windows (drawn under seed + 1000) falls. Each step's
-    record (codebook_pv.discrete_step) is appended to pv_log."""
+    nearest the Adam-like target W - a*g (g: the mean dL/dW since the last such step, a = pv_alpha * rms(W) / the
+    RMS of each weight's gradient over those steps); with pv_check > 0 windows (drawn under seed + 1000), a line
+    search: pv_tau, pv_tau/4, pv_tau/16, the first that lowers their KD loss is kept (else none). Each step's record
+    (codebook_pv.discrete_step) is appended to pv_log."""
     from tqdm.auto import tqdm
 
     if steps < 0 or seq < 2 or batch < 1 or warmup < 0:
@@ -219,11 +220,11 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
     gen = torch.Generator().manual_seed(int(seed))
     data = torch.tensor(ids, dtype=torch.long)
     more = [torch.tensor(e, dtype=torch.long) for e in extra]
-    grads, check = {}, []
+    check = []
     if pv_every:
         from lowbit.io.codebook_pv import discrete_step, track_weight_grads
 
-        grads = track_weight_grads(student)
+        track_weight_grads(student)
         cgen = torch.Generator().manual_seed(int(seed) + 1000)
         check = [window(data, more, seq, extra_frac if more else 0.0, cgen)[None] for _ in range(pv_check)]
     losses = []
@@ -244,7 +245,7 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
         losses.append(float(loss.detach()))
         bar.set_postfix_str(f"KL {losses[-1]:.4f}", refresh=False)
         if pv_every and (step + 1) % pv_every == 0:
-            rec = discrete_step(student, teacher, grads, pv_tau, pv_alpha, check, step + 1)
+            rec = discrete_step(student, teacher, pv_tau, pv_alpha, check, step + 1)
             if pv_log is not None:
                 pv_log.append(rec)
         if on_step is not None:
