@@ -65,6 +65,7 @@ class CodebookLinear(nn.Module):
         self.register_buffer("codes", torch.from_numpy(np.ascontiguousarray(pw.unpacked_codes(), np.uint8)))
         self.books = nn.Parameter(torch.from_numpy(np.array(pw._cb, np.float32)))  # [m, 2^b, v]
         self.scales = nn.Parameter(torch.from_numpy(pw.scales()))  # [M, G]
+        self.grad_sum = None  # [M, K] float32: each backward adds dL/dW here when set (codebook_pv's PV step)
 
     def weight(self) -> torch.Tensor:
         m = self.books.shape[0]
@@ -77,7 +78,13 @@ class CodebookLinear(nn.Module):
         return (vec * self.scales[:, :, None]).view(rows, groups * self.group)[:, :self.shape[1]]
 
     def forward(self, x):
-        return F.linear(x, self.weight())
+        w = self.weight()
+        if self.grad_sum is not None and w.requires_grad:
+            w.register_hook(self._add_grad)
+        return F.linear(x, w)
+
+    def _add_grad(self, g):
+        self.grad_sum.add_(g)
 
     def packed(self) -> CodebookWeight:
         """The trained parameters, float16-rounded, with the original codes."""
