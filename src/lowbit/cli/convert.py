@@ -125,6 +125,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="after the fine-tune, PV-tuning's discrete step: every linear's codes chosen again by error "
                          "feedback with its fine-tuned codebooks and scales (kept where they lower the layer's output "
                          f"error), then N more fine-tuning steps (default {PV_STEPS}; 0: no discrete step)")
+    cb.add_argument("--finetune-pv-every", type=int, default=0, metavar="N",
+                    help="during the fine-tune, every N steps PV-tuning's discrete step with the end-to-end gradient: "
+                         "the KD loss's gradient g w.r.t. each dequantized weight matrix W (averaged over the last N "
+                         "steps) gives an Adam-like target W - a*g, and the codes of the --finetune-pv-tau fraction of "
+                         "all vectors with the largest predicted loss decrease move to the centroid nearest it "
+                         "(default 0: codes frozen; docs/codebook.md)")
+    cb.add_argument("--finetune-pv-tau", type=float, default=1e-3, metavar="F",
+                    help="fraction of all code vectors a PV step may change (default 0.001)")
+    cb.add_argument("--finetune-pv-alpha", type=float, default=0.2, metavar="A",
+                    help="the PV step's target moves each weight by up to A times its matrix's RMS: a = A * rms(W) / "
+                         "(RMS of that weight's gradient over the last N steps) (default 0.2)")
+    cb.add_argument("--finetune-pv-check", type=int, default=2, metavar="N",
+                    help="line search of each PV step on N fixed extra windows: the fraction tau, tau/4, tau/16, the "
+                         "first that lowers their KD loss is kept, else none (default 2; 0: always take tau)")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing lowbit directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
@@ -142,6 +156,9 @@ def finetune_options(args) -> dict:
         opts["pv_steps"] = args.pv_steps
     if args.finetune_holdout:
         opts["holdout"] = args.finetune_holdout
+    if args.finetune_pv_every:
+        opts.update(pv_every=args.finetune_pv_every, pv_tau=args.finetune_pv_tau, pv_alpha=args.finetune_pv_alpha,
+                    pv_check=args.finetune_pv_check)
     return opts
 
 

@@ -176,12 +176,19 @@ def window(data: torch.Tensor, more: list[torch.Tensor], seq: int, extra_frac: f
 
 def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: int, seq: int = 256, batch: int = 1,
              lr: float = 1e-3, seed: int = 0, progress: bool = True, schedule: str = "constant", warmup: int = 0,
-             extra: list[list[int]] | None = None, extra_frac: float = 0.0, on_step=None) -> list[float]:
+             extra: list[list[int]] | None = None, extra_frac: float = 0.0, on_step=None, pv_every: int = 0,
+             pv_tau: float = 1e-3, pv_alpha: float = 0.2, pv_check: int = 2, pv_log: list | None = None) -> list[float]:
     """Trains student's codebooks, scales and norms towards teacher on windows of ids; returns the KD loss of
     each step (before its update). lr is relative: each tensor's Adam step size is lr times its RMS, times
     lr_factor(schedule, warmup). extra: more token sequences (e.g. kd_data.teacher_samples); each window comes from
     one of them with probability extra_frac (a seeded draw per step), else from ids. on_step(steps done, student)
-    is called after every step (e.g. to save a checkpoint)."""
+    is called after every step (e.g. to save a checkpoint).
+    pv_every: every that many steps, PV-tuning's discrete step with the end-to-end gradient (codebook_pv): the
+    codes of the pv_tau fraction of all vectors with the largest predicted KD-loss decrease move to the centroid
+    nearest the Adam-like target W - a*g (g: the mean dL/dW since the last such step, a = pv_alpha * rms(W) / the
+    RMS of each weight's gradient over those steps); with pv_check > 0 windows (drawn under seed + 1000), a line
+    search: pv_tau, pv_tau/4, pv_tau/16, the first that lowers their KD loss is kept (else none). Each step's record
+    (codebook_pv.discrete_step) is appended to pv_log."""
     from tqdm.auto import tqdm
 
     if steps < 0 or seq < 2 or batch < 1 or warmup < 0:
@@ -189,6 +196,9 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
                          f"{warmup})")
     if schedule not in ("constant", "cosine"):
         raise ValueError(f"unknown fine-tune schedule {schedule!r}; choose constant or cosine")
+    if pv_every < 0 or pv_check < 0 or (pv_every and (not 0.0 < pv_tau <= 1.0 or pv_alpha <= 0)):
+        raise ValueError(f"the PV step needs pv_every >= 0, pv_check >= 0, 0 < pv_tau <= 1, pv_alpha > 0 (got "
+                         f"{pv_every}, {pv_check}, {pv_tau}, {pv_alpha})")
     if not 0.0 <= extra_frac <= 1.0:
         raise ValueError(f"extra_frac must be in [0, 1], got {extra_frac}")
     extra = [e for e in (extra or []) if len(e) >= 2]
@@ -210,6 +220,13 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
     gen = torch.Generator().manual_seed(int(seed))
     data = torch.tensor(ids, dtype=torch.long)
     more = [torch.tensor(e, dtype=torch.long) for e in extra]
+    check = []
+    if pv_every:
+        from lowbit.io.codebook_pv import discrete_step, track_weight_grads
+
+        track_weight_grads(student)
+        cgen = torch.Generator().manual_seed(int(seed) + 1000)
+        check = [window(data, more, seq, extra_frac if more else 0.0, cgen)[None] for _ in range(pv_check)]
     losses = []
     bar = tqdm(range(steps), desc="codebook fine-tune (KD)", unit="step", disable=not progress)
     for step in bar:
@@ -227,10 +244,18 @@ def finetune(student: TorchLlama, teacher: TorchLlama, ids: list[int], steps: in
         opt.step()
         losses.append(float(loss.detach()))
         bar.set_postfix_str(f"KL {losses[-1]:.4f}", refresh=False)
+        if pv_every and (step + 1) % pv_every == 0:
+            rec = discrete_step(student, teacher, pv_tau, pv_alpha, check, step + 1)
+            if pv_log is not None:
+                pv_log.append(rec)
         if on_step is not None:
             on_step(step + 1, student)
     for p in params:
         p.requires_grad_(False)
+    if pv_every:
+        from lowbit.io.codebook_pv import untrack_weight_grads
+
+        untrack_weight_grads(student)
     return losses
 
 
@@ -285,6 +310,8 @@ def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, he
       teacher_tokens, teacher_len: that many tokens sampled from the teacher (kd_data.teacher_samples, in
         sequences of teacher_len), the windows drawn from them with probability extra_frac;
       pv_steps: after the fine-tune, PV-tuning's discrete step (rechoose_codes) and pv_steps more steps;
+      pv_every, pv_tau, pv_alpha, pv_check: finetune()'s discrete step with the end-to-end gradient, inside the
+        fine-tune (its records go to log["pv"]);
       holdout: the last `holdout` calibration tokens are left out of the training (and of the teacher-sample
         prompts); the KL on them before and after each stage goes to log["holdout_kl"] as [[steps done, KL], ...]
         (printed with progress): a rising value means the fine-tune overfits the calibration text."""
@@ -322,7 +349,12 @@ def tune(config: dict, weights: dict, tokenizer, ids: list[int], start: dict, he
         check(student)
         done = len(losses)
         hook = None if on_step is None else (lambda k, st: on_step(done + k, st))
-        losses.extend(finetune(student, teacher, ids, n, progress=progress, extra=extra, on_step=hook, **opts))
+        pv = record.setdefault("pv", []) if opts.get("pv_every") else None
+        losses.extend(finetune(student, teacher, ids, n, progress=progress, extra=extra, on_step=hook, pv_log=pv,
+                               **opts))
+        if pv and progress:
+            print(f"codebook PV steps (end-to-end gradient): {sum(r['kept'] for r in pv)} of {len(pv)} kept, "
+                  f"{sum(r['changed'] for r in pv)} vectors recoded")
         check(student)
         return {**{name: lin.packed() for name, lin in student.codebook_linears().items()}, **student.norms()}
 

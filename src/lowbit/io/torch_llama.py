@@ -65,6 +65,9 @@ class CodebookLinear(nn.Module):
         self.register_buffer("codes", torch.from_numpy(np.ascontiguousarray(pw.unpacked_codes(), np.uint8)))
         self.books = nn.Parameter(torch.from_numpy(np.array(pw._cb, np.float32)))  # [m, 2^b, v]
         self.scales = nn.Parameter(torch.from_numpy(pw.scales()))  # [M, G]
+        # [M, K] float32 each: every backward adds dL/dW and (dL/dW)^2 here when set (codebook_pv's PV step)
+        self.grad_sum = self.grad_sq = None
+        self.grad_n = 0
 
     def weight(self) -> torch.Tensor:
         m = self.books.shape[0]
@@ -77,7 +80,15 @@ class CodebookLinear(nn.Module):
         return (vec * self.scales[:, :, None]).view(rows, groups * self.group)[:, :self.shape[1]]
 
     def forward(self, x):
-        return F.linear(x, self.weight())
+        w = self.weight()
+        if self.grad_sum is not None and w.requires_grad:
+            w.register_hook(self._add_grad)
+        return F.linear(x, w)
+
+    def _add_grad(self, g):
+        self.grad_sum.add_(g)
+        self.grad_sq.addcmul_(g, g)
+        self.grad_n += 1
 
     def packed(self) -> CodebookWeight:
         """The trained parameters, float16-rounded, with the original codes."""

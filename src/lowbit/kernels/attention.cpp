@@ -25,33 +25,6 @@ struct AttnPlan {
   const AttnPrep* prep = nullptr;                   // run at the start of each task (one task per kv head)
 };
 
-// Rows [j, j + n) of one kv head's K and V streams (row_bytes each) on their way into the cache.
-void prefetch_kv(const char* K, const char* V, int64_t row_bytes, int64_t j, int64_t n) {
-  const int64_t b0 = j * row_bytes, b1 = (j + n) * row_bytes;
-  for (int64_t b = b0; b < b1; b += 64) {
-    __builtin_prefetch(K + b, 0, 3);
-    __builtin_prefetch(V + b, 0, 3);
-  }
-}
-
-void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h);
-
-void attn_task(void* p, int64_t t) {
-  const AttnPlan& P = *static_cast<const AttnPlan*>(p);
-  const AttnTask& T = P.tasks[t];
-  for (int64_t h = T.h; h < T.h + T.nh; ++h) {
-    if (h + 1 < T.h + T.nh) {  // the next head's first positions come in while this one runs
-      const AttnCall& c = *P.c;
-      const int64_t es = c.f16 ? 2 : 4, row_bytes = c.hd * es;
-      const int64_t off = (c.slot[T.r0] * c.slot_stride + (h + 1) * c.max_ctx * c.hd) * es;
-      const int64_t lo = P.lo[T.r0] / 8 * 8;
-      prefetch_kv(static_cast<const char*>(c.kc) + off, static_cast<const char*>(c.vc) + off, row_bytes, lo,
-                  std::min<int64_t>(kAttnHeadPrefetch, P.hi[T.r0] - lo));
-    }
-    attn_head(P, T, h);
-  }
-}
-
 void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
   const AttnCall& c = *P.c;
   if (P.prep) P.prep->fn(P.prep->ctx, h);
@@ -66,6 +39,13 @@ void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
   b.V = static_cast<const char*>(c.vc) + off;
   b.f16 = c.f16;
   b.softcap = c.softcap;
+  if (h + 1 < T.h + T.nh) {  // the tile loop's prefetch runs on into the next head's K/V
+    const int64_t next = (c.slot[T.r0] * c.slot_stride + (h + 1) * c.max_ctx * c.hd) * (c.f16 ? 2 : 4);
+    b.next_K = static_cast<const char*>(c.kc) + next;
+    b.next_V = static_cast<const char*>(c.vc) + next;
+    b.next_lo = P.lo[T.r0] / 8 * 8;
+    b.next_hi = P.hi[T.r0];
+  }
   if (T.chunk < 0) {
     b.out = c.out + T.r0 * QD + h * G * c.hd;
     b.row_stride = QD;
@@ -80,6 +60,12 @@ void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
     b.part = const_cast<float*>(P.pm.data()) + T.chunk * G * 2;
   }
   P.ops->attn_block(b);
+}
+
+void attn_task(void* p, int64_t t) {
+  const AttnPlan& P = *static_cast<const AttnPlan*>(p);
+  const AttnTask& T = P.tasks[t];
+  for (int64_t h = T.h; h < T.h + T.nh; ++h) attn_head(P, T, h);
 }
 
 }  // namespace
@@ -114,12 +100,13 @@ void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next,
   // rows of the step: a sequence decoded alone and in a batch gets the same chunks, so the same bits.
   const int64_t want = 4 * (int64_t)pool_threads();
   const int64_t split = split_min > 0 && c.n_kv < want ? (want + c.n_kv - 1) / c.n_kv : 1;
-  // Several lone rows (a batched decode step): a task takes nh kv heads of one row, so a thread walks from
-  // one head's K/V to the next with the next one's start prefetched, instead of starting every ~1 us task
-  // on a cold stream; still >= kAttnTasksPerThread tasks a thread for the balance. bitnet-0.7b, 16 rows of
-  // one slot each, all 24 layers from DRAM, 2 threads (scripts/attn_batch_ab.py, alternating, best):
-  // contexts 16-32 4.97-5.10 -> 4.16-4.34 ms, 16-144 9.8-10.2 -> 9.2-9.6 ms; prefetching 32 or 64 positions
-  // of the next head instead of 16: level or slower.
+  // Several lone rows (a batched decode step): a task takes nh kv heads of one row, and the tile loop's
+  // prefetch (two tiles ahead) runs on from one head's K/V into the next one's (AttnBlock::next_K), so a
+  // thread's stream stays warm instead of every ~1 us task starting cold; still >= kAttnTasksPerThread tasks
+  // a thread for the balance. bitnet-0.7b, 16 rows of one slot each, all 24 layers from DRAM, 2 threads
+  // (scripts/attn_batch_ab.py, alternating, best; noisy shared machine): one head a task -> this, contexts
+  // 16-32 5.39 -> 3.68 ms a step, 16-144 11.99 -> 10.25 ms. Tried: only the next head's first 16-64
+  // positions prefetched at its start (1.05-1.2x, a burst that stalls), 3 or 4 tiles ahead (level, 0.85x).
   const int64_t nh_batch = R == 1 || prep ? 1
       : std::max<int64_t>(1, std::min<int64_t>(c.n_kv, R * c.n_kv / (kAttnTasksPerThread * pool_threads())));
   for (const auto& [r0, rows] : blocks) {

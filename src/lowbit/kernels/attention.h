@@ -32,8 +32,6 @@ constexpr int64_t kAttnBlockQueries = 32;
 constexpr int64_t kAttnSplitMin = 64;
 // A batched decode step's tasks: kv heads of one row per task, at least this many tasks a thread.
 constexpr int64_t kAttnTasksPerThread = 8;
-// Positions of the next kv head's K and V a task prefetches before it runs the current one.
-constexpr int64_t kAttnHeadPrefetch = 16;
 
 // Work that must precede the attention of kv head h (a decode step's RoPE and cache write of that head's
 // q and k/v): fn(ctx, h) runs at the start of h's task, on the pool, when h is one task (one row, its

@@ -67,6 +67,10 @@ struct AttnBlock {
   bool f16;
   float softcap;                        // > 0: scores -> softcap * tanh(scores / softcap) (Gemma 2)
   float* part;                          // [rows * group][2] or null
+  // The stream the caller runs next (its next kv head), or null: the tile loop's prefetch, past this
+  // block's last tiles, runs on into its positions [next_lo, ...) (a hint: no bits depend on it).
+  const void *next_K = nullptr, *next_V = nullptr;
+  int64_t next_lo = 0, next_hi = 0;
 };
 constexpr int64_t kMaxHeadDim = 512;
 
