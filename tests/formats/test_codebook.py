@@ -3,6 +3,8 @@ odd shapes and every ISA, the quantizer's error against bits per weight, determi
 import numpy as np
 import pytest
 
+import lowbit
+
 from lowbit.formats import from_state, get_format, quantize
 from lowbit.formats.codebook import CodebookWeight, pack_codes, parse_spec, unpack_codes
 from lowbit.formats.codebook_quant import fit_codebooks
@@ -224,6 +226,28 @@ def test_lut4_kernels_every_isa(isa, rng, m, v, b, g, rows, k, n):
     assert np.all(np.abs(y - emu) <= slack + float_tol), f"{isa} psum vs int8 emulation: {np.abs(y - emu).max()}"
     # the int8 psums cost little: typical error a small fraction of the output scale
     assert np.sqrt(np.mean((y - ref) ** 2)) < 0.05 * np.sqrt(np.mean(ref ** 2))
+
+
+@pytest.mark.parametrize("m,v,g,rows,k", [(4, 8, 128, 300, 1000), (2, 4, 128, 333, 1100), (3, 4, 12, 97, 250)])
+def test_lut4_decode_matches_batched_bitwise(isa, rng, m, v, g, rows, k):
+    # One token takes the decode path (AVX2: the next group's tables are built in steps between this group's row
+    # tiles, into a double buffer; partial last group, a pair count that is no multiple of the build step, more
+    # and fewer steps than tile pairs): on one thread it must give the batched path's bytes (same groups, same
+    # order), and on two (K split into runs of groups) stay within the int8 emulation's slack.
+    pw = random_parts(rng, m, v, 4, g, rows, k)
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    before = lowbit.get_threads()
+    try:
+        lowbit.set_threads(1)
+        batched = pw.matmul_kernel(x, True)
+        for t in range(3):
+            assert np.array_equal(pw.matmul_kernel(x[t:t + 1], True)[0], batched[t]), f"{isa} token {t}"
+        lowbit.set_threads(2)
+        emu, bound, slack = lut4_reference(pw, x[:1])
+        float_tol = 2e-5 * (np.abs(x[:1].astype(np.float64)) @ np.abs(pw.dequantize().astype(np.float64)).T) + 1e-6
+        assert np.all(np.abs(pw.matmul_kernel(x[:1], True) - emu) <= slack + float_tol)
+    finally:
+        lowbit.set_threads(before)
 
 
 def test_lut4_error_falls_as_bits_rise_and_kernel_follows(rng):

@@ -3,7 +3,8 @@
 // A group's 16-entry psum tables are quantized to int8 with a power-of-two scale per (segment, codebook) pair
 // (codebook.h); per two pairs, one 32-byte load gives 32 rows' codes of both (low/high nibbles), two vpshufb
 // look up 64 psums, vpunpck{l,h}bw interleave the two lookups of each row and vpmaddubsw (x the pairs'
-// multipliers) adds them into int16: 11 vector ops per 64 lookups, no gathers, no scalar loads.
+// multipliers) adds them into int16: 11 vector ops per 64 lookups, no gathers, no scalar loads. For one token
+// (decode) the next group's tables are built in steps between the current group's row tiles (lut4_psum_decode).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -26,20 +27,19 @@ inline __m256 hmax8(const __m256* pm) {
   return _mm256_max_ps(_mm256_permute2f128_ps(ab, cd, 0x20), _mm256_permute2f128_ps(ab, cd, 0x31));
 }
 
-// float tables T[q][16] of pairs q = s*m + i (V inputs per segment; V = 0: w.v at run time) -> tf, the per-pair
-// maxima |T| -> mxq (8 pairs at a time: written up to S*m rounded up to 8); returns the vector of running maxima.
-// The build is bound by loads when the codebook comes from memory with every FMA: for V = 4 a codebook's
+// float tables T[q][16] of pairs q = s*m + i for the segments [s0, s1) (V inputs per segment; V = 0: w.v at run
+// time) -> tf. The build is bound by loads when the codebook comes from memory with every FMA: for V = 4 a codebook's
 // transposed centroids (8 ymm) stay in registers across the segments, for V = 8 half of them (8 ymm) at a time,
-// so only the activations are loaded (broadcasts).
+// so only the activations are loaded (broadcasts). Each entry's arithmetic does not depend on [s0, s1).
 template <int V>
-__m256 float_tables_lut4(const CodebookWeights& w, const float* xg, int64_t S, float* tf, float* mxq) {
-  const int64_t m = w.m, v = V ? V : w.v, P = S * m;
+void float_tables_lut4(const CodebookWeights& w, const float* xg, int64_t s0, int64_t s1, float* tf) {
+  const int64_t m = w.m, v = V ? V : w.v;
   if (V == 4) {
     for (int64_t i = 0; i < m; ++i) {
       const float* cb = w.cbT + i * 64;
       __m256 c[8];
       for (int k = 0; k < 8; ++k) c[k] = _mm256_loadu_ps(cb + 8 * k);  // c[2d + h] = C_i^T[d][8h .. 8h + 8)
-      for (int64_t s = 0; s < S; ++s) {
+      for (int64_t s = s0; s < s1; ++s) {
         const float* xs = xg + s * 4;
         const __m256 x0 = _mm256_broadcast_ss(xs), x1 = _mm256_broadcast_ss(xs + 1);
         const __m256 x2 = _mm256_broadcast_ss(xs + 2), x3 = _mm256_broadcast_ss(xs + 3);
@@ -58,7 +58,7 @@ __m256 float_tables_lut4(const CodebookWeights& w, const float* xg, int64_t S, f
         const float* cb = w.cbT + i * 128 + 8 * h;
         __m256 c[8];
         for (int d = 0; d < 8; ++d) c[d] = _mm256_loadu_ps(cb + 16 * d);  // C_i^T[d][8h .. 8h + 8)
-        for (int64_t s = 0; s < S; ++s) {
+        for (int64_t s = s0; s < s1; ++s) {
           const float* xs = xg + s * 8;
           const __m256 e = _mm256_fmadd_ps(c[2], _mm256_broadcast_ss(xs + 2), _mm256_mul_ps(c[0], _mm256_broadcast_ss(xs)));
           const __m256 o = _mm256_fmadd_ps(c[3], _mm256_broadcast_ss(xs + 3), _mm256_mul_ps(c[1], _mm256_broadcast_ss(xs + 1)));
@@ -68,7 +68,7 @@ __m256 float_tables_lut4(const CodebookWeights& w, const float* xg, int64_t S, f
         }
       }
   } else {
-    for (int64_t s = 0; s < S; ++s)
+    for (int64_t s = s0; s < s1; ++s)
       for (int64_t i = 0; i < m; ++i) {
         const float* xs = xg + s * v;
         const float* cb = w.cbT + i * v * 16;
@@ -84,7 +84,17 @@ __m256 float_tables_lut4(const CodebookWeights& w, const float* xg, int64_t S, f
         _mm256_storeu_ps(t + 8, a1);
       }
   }
-  // the per-pair maxima, 8 pairs at a time
+}
+
+void float_tables(const CodebookWeights& w, const float* xg, int64_t s0, int64_t s1, float* tf) {
+  if (w.v == 8) float_tables_lut4<8>(w, xg, s0, s1, tf);
+  else if (w.v == 4) float_tables_lut4<4>(w, xg, s0, s1, tf);
+  else float_tables_lut4<0>(w, xg, s0, s1, tf);
+}
+
+// the per-pair maxima |T| of tf [P][16] -> mxq (8 pairs at a time: written up to P rounded up to 8); returns the
+// vector of running maxima
+__m256 pair_maxima(const float* tf, int64_t P, float* mxq) {
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 amax = _mm256_setzero_ps();
   for (int64_t q0 = 0; q0 < P; q0 += 8) {
@@ -139,12 +149,11 @@ int lut4_scales_avx2(float* mxq, int64_t P, int64_t Pp, float mx, float* invq, u
 
 // One token's tables of group grp (codebook.h "b == 4"): Tq [Pp][16] int8 (the pad pair zero), mult [Pp/2]
 // the vpmaddubsw multipliers of each code vector; returns d, the int16 accumulator's unit.
-float build_tables_lut4(const CodebookWeights& w, const float* xg, int64_t grp, float* tf, float* mxq, float* invq,
-                        int8_t* Tq, uint32_t* mult) {
-  const int64_t S = w.segs(grp), P = S * w.m, Pp = w.pairs_padded(grp);
-  const __m256 amax = w.v == 8   ? float_tables_lut4<8>(w, xg, S, tf, mxq)
-                      : w.v == 4 ? float_tables_lut4<4>(w, xg, S, tf, mxq)
-                                 : float_tables_lut4<0>(w, xg, S, tf, mxq);
+// finish_tables_lut4: the rest once tf holds the float tables of every segment.
+float finish_tables_lut4(const CodebookWeights& w, int64_t grp, const float* tf, float* mxq, float* invq, int8_t* Tq,
+                         uint32_t* mult) {
+  const int64_t P = w.segs(grp) * w.m, Pp = w.pairs_padded(grp);
+  const __m256 amax = pair_maxima(tf, P, mxq);
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
@@ -160,6 +169,12 @@ float build_tables_lut4(const CodebookWeights& w, const float* xg, int64_t grp, 
   }
   if (Pp > P) std::memset(Tq + P * 16, 0, 16);
   return mx / 127.f / (float)(1u << E);
+}
+
+float build_tables_lut4(const CodebookWeights& w, const float* xg, int64_t grp, float* tf, float* mxq, float* invq,
+                        int8_t* Tq, uint32_t* mult) {
+  float_tables(w, xg, 0, w.segs(grp), tf);
+  return finish_tables_lut4(w, grp, tf, mxq, invq, Tq, mult);
 }
 
 constexpr int LUT4_TILES = 2;  // row tiles per table load (4 measured no faster on Zen 3, noisy machine)
@@ -226,11 +241,68 @@ inline void dot8(const float* buf, int64_t ld, int64_t n, const float* xs, float
   _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), _mm256_load_ps(out)));
 }
 
+constexpr int64_t kBuildSegs = 4;  // segments of the next group's float tables built per step of the decode loop
+
+// One token (decode): the next group's tables are built in steps between the current group's row-tile lookups,
+// into the other half of a double buffer, so the code stream (bound by memory on one core) goes on while they are
+// built; the tables are the same bytes as build_tables_lut4's.
+void lut4_psum_decode(const CodebookWeights& w, const float* x, int64_t g0, int64_t g1, int64_t t0, int64_t t1,
+                      float* yp, Lut4Scratch& sb) {
+  const uint8_t* last = w.codes + w.codes_bytes() - 64;
+  sb.d[0] = build_tables_lut4(w, x + g0 * w.group, g0, sb.tf, sb.mxq, sb.invq, sb.tabs(0), sb.mults(0));
+  for (int64_t grp = g0; grp < g1; ++grp) {
+    const int64_t slot = (grp - g0) & 1, next = slot ^ 1;
+    const int64_t Pp = w.pairs_padded(grp), half = Pp / 2, tstride = half * 32;
+    const uint16_t* sc = w.scale + grp * w.Mt * 32;
+    const uint8_t* gc = w.group_codes(grp);
+    const int8_t* tq = sb.tabs(slot);
+    const uint32_t* mu = sb.mults(slot);
+    const float d = sb.d[slot];
+    // the next group's build: segments [s_done, nS) of float tables left, then the finish
+    const int64_t nS = grp + 1 < g1 ? w.segs(grp + 1) : 0;
+    const float* nx = x + (grp + 1) * w.group;
+    int64_t s_done = 0;
+    bool finished = nS == 0;
+    auto step = [&]() {
+      if (s_done < nS) {
+        const int64_t e = std::min(nS, s_done + kBuildSegs);
+        float_tables(w, nx, s_done, e, sb.tf);
+        s_done = e;
+      } else if (!finished) {
+        sb.d[next] = finish_tables_lut4(w, grp + 1, sb.tf, sb.mxq, sb.invq, sb.tabs(next), sb.mults(next));
+        finished = true;
+      }
+    };
+    // this task's code stream: the tiles [t0, t1) of each group in turn (contiguous when the task has every row);
+    // the prefetches run kPrefetchBytes ahead on it, into the next group's tiles past this group's
+    const uint8_t* base = gc + t0 * tstride;
+    const int64_t len = (t1 - t0) * tstride;
+    const uint8_t* nbase = grp + 1 < g1 ? w.group_codes(grp + 1) + t0 * w.pairs_padded(grp + 1) * 16 : last;
+    int64_t tile = t0;
+    for (; tile + LUT4_TILES <= t1; tile += LUT4_TILES) {
+      const uint8_t* here = gc + tile * tstride;
+      for (int64_t l = 0; l < LUT4_TILES * tstride; l += 64) {
+        const int64_t ahead = here + l - base + kPrefetchBytes;
+        _mm_prefetch((const char*)std::min(ahead < len ? base + ahead : nbase + (ahead - len), last), _MM_HINT_T0);
+      }
+      lookup_lut4<LUT4_TILES>(here, tstride, half, tq, mu, d, sc + tile * 32, yp + tile * 32);
+      step();
+    }
+    for (; tile < t1; ++tile) lookup_lut4<1>(gc + tile * tstride, tstride, half, tq, mu, d, sc + tile * 32, yp + tile * 32);
+    while (!finished) step();
+  }
+}
+
 }  // namespace
 
 void codebook_lut4_psum_avx2(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0,
                              int64_t g1, int64_t t0, int64_t t1, float* yp, int64_t ldy, float* scratch) {
   const int64_t ppf = w.pairs_padded_full();
+  if (N == 1) {
+    Lut4Scratch sb(scratch, 2, ppf);  // two tokens' room: the double buffer
+    lut4_psum_decode(w, x, g0, g1, t0, t1, yp, sb);
+    return;
+  }
   Lut4Scratch sb(scratch, N, ppf);
   for (int64_t grp = g0; grp < g1; ++grp) {
     const int64_t Pp = w.pairs_padded(grp), half = Pp / 2, tstride = half * 32;

@@ -110,15 +110,20 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
   float *xn = xn_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data(), *att = att_.data(), *g = g_.data(),
         *u = u_.data(), *tmp = tmp_.data();
   const float eps = s_.eps;
-  // tmp [R][H] -> optional post-norm -> x += tmp
-  auto residual = [&](const float* post) {
+  // tmp [R][H] -> optional post-norm -> x += tmp; then, in the same pool run (one fork/join a residual, not two),
+  // xn[r - from] = rmsnorm(x[r], norm) for rows r >= from when norm is given: the next norm's input.
+  auto residual = [&](const float* post, const float* norm = nullptr, int64_t from = 0) {
     for_rows(R, [&](int64_t r) {
       float* t = tmp + r * H;
       if (post) ops.rmsnorm(t, post, H, eps, t);
       float* xr = x + r * H;
       for (int64_t i = 0; i < H; ++i) xr[i] += t[i];
+      if (norm && r >= from) ops.rmsnorm(xr, norm, H, eps, xn + (r - from) * H);
     });
   };
+  const int64_t NL = R - first_logit;  // rows that need logits
+  bool final_normed = false;           // the last layer's residual ran the final norm
+  if (!layers_.empty()) for_rows(R, [&](int64_t r) { ops.rmsnorm(x + r * H, layers_[0].ln1, H, eps, xn + r * H); });
   // The decode schedule across matrices: each GEMV's (and attention's) idle threads prefetch the start of
   // the matrix that comes next. Not for steps of kComputeBoundRows or more rows: their GEMMs are bound by
   // compute and run in short runs of blocks, not the long per-thread runs whose starts next_prefetch names.
@@ -127,8 +132,8 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
   for (size_t li = 0; li < layers_.size(); ++li) {
     const DecoderLayer& L = layers_[li];
     const LinearRef* after_down = li + 1 < layers_.size() ? &layers_[li + 1].q : &head_;
-    // attention: Q/K/V of all rows in one GEMM, then q/k norms, RoPE and the cache write per row
-    for_rows(R, [&](int64_t r) { ops.rmsnorm(x + r * H, L.ln1, H, eps, xn + r * H); });
+    // attention: Q/K/V of all rows in one GEMM (xn: ln1 of x, from the previous residual), then q/k norms, RoPE
+    // and the cache write per row
     laps.lap(kProfRest);
     {
       const LinearRef* lins[3] = {&L.q, &L.k, &L.v};
@@ -184,9 +189,7 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
       run_linears(lins, ys, 1, att, R, act_, &nx);
     }
     laps.lap(kProfGemv);
-    residual(L.post_attn);
-    // MLP
-    for_rows(R, [&](int64_t r) { ops.rmsnorm(x + r * H, L.ln2, H, eps, xn + r * H); });
+    residual(L.post_attn, L.ln2);  // and the MLP's input norm
     laps.lap(kProfRest);
     {
       const NextPrefetch nx = next_of(&L.down);
@@ -211,11 +214,16 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
       run_linears(lins, ys, 1, g, R, act_, &nx);
     }
     laps.lap(kProfGemv);
-    residual(L.post_ffn);
+    if (li + 1 < layers_.size()) {
+      residual(L.post_ffn, layers_[li + 1].ln1);
+    } else {
+      residual(L.post_ffn, NL > 0 ? norm_ : nullptr, first_logit);
+      final_normed = true;
+    }
   }
-  const int64_t NL = R - first_logit;  // rows that need logits
   if (NL > 0) {
-    for_rows(NL, [&](int64_t r) { ops.rmsnorm(x + (first_logit + r) * H, norm_, H, eps, xn + r * H); });
+    if (!final_normed)
+      for_rows(NL, [&](int64_t r) { ops.rmsnorm(x + (first_logit + r) * H, norm_, H, eps, xn + r * H); });
     laps.lap(kProfRest);
     const LinearRef* lins[1] = {&head_};
     float* ys[1] = {logits};
