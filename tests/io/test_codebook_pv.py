@@ -14,14 +14,7 @@ from lowbit.io.codebook_tune import finetune, kd_loss  # noqa: E402
 from lowbit.io.torch_llama import CodebookLinear, TorchLlama  # noqa: E402
 
 from .tiny import random_weights, tiny_config  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+from .torch_threads import one_thread  # noqa: E402,F401  (autouse fixture)
 
 
 def setup(m=1, seed=0):

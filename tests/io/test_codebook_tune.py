@@ -16,6 +16,7 @@ from lowbit.io.torch_llama import TorchLlama  # noqa: E402
 from lowbit.model import Model  # noqa: E402
 
 from .tiny import random_weights, safetensors_digest, tiny_config, write_hf  # noqa: E402
+from .torch_threads import one_thread  # noqa: E402,F401  (autouse fixture)
 
 TEXT = ("The licenses for most software are designed to take away your freedom to share and change it. "
         "By contrast, the hello world license is intended to guarantee your freedom to share. ") * 6
@@ -29,14 +30,6 @@ def tiny_source(tmp_path):
     text = tmp_path / "calib.txt"
     text.write_text(TEXT)
     return cfg, w, src, text
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 def test_torch_llama_matches_lowbit_model():
