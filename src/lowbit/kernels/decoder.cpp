@@ -122,7 +122,6 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     });
   };
   const int64_t NL = R - first_logit;  // rows that need logits
-  bool final_normed = false;           // the last layer's residual ran the final norm
   if (!layers_.empty()) for_rows(R, [&](int64_t r) { ops.rmsnorm(x + r * H, layers_[0].ln1, H, eps, xn + r * H); });
   // The decode schedule across matrices: each GEMV's (and attention's) idle threads prefetch the start of
   // the matrix that comes next. Not for steps of kComputeBoundRows or more rows: their GEMMs are bound by
@@ -217,12 +216,11 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
     if (li + 1 < layers_.size()) {
       residual(L.post_ffn, layers_[li + 1].ln1);
     } else {
-      residual(L.post_ffn, NL > 0 ? norm_ : nullptr, first_logit);
-      final_normed = true;
+      residual(L.post_ffn, NL > 0 ? norm_ : nullptr, first_logit);  // and the final norm of the logit rows
     }
   }
   if (NL > 0) {
-    if (!final_normed)
+    if (layers_.empty())  // else the last layer's residual ran the final norm
       for_rows(NL, [&](int64_t r) { ops.rmsnorm(x + (first_logit + r) * H, norm_, H, eps, xn + r * H); });
     laps.lap(kProfRest);
     const LinearRef* lins[1] = {&head_};
