@@ -216,8 +216,14 @@ inline void block_gemv(const IntWeights& w, const ActQ& a, int64_t blk, float* y
   }
 }
 
+#include "gemm_panel_avx512.inc"
+
 template <int BITS>
 void gemm_int_bits(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, int64_t b0, int64_t b1) {
+  if (a.N >= 4) {
+    gemm_panel512<BITS>(w, a, y, ldy, b0, b1);
+    return;
+  }
   for (int64_t blk = b0; blk < b1; ++blk) {
     if (a.N == 1) {
       block_gemv<BITS>(w, a, blk, y);
