@@ -38,7 +38,7 @@ def get_threads() -> int:
 
 
 def set_isa(name: str) -> None:
-    """Forces a kernel level: 'avx512', 'avxvnni', 'avx2', 'scalar', or 'auto' (the best this CPU has)."""
+    """Forces a kernel level: 'amx', 'avx512', 'avxvnni', 'avx2', 'scalar', or 'auto' (the best this CPU has)."""
     _native.set_isa(name)
 
 

@@ -53,7 +53,7 @@ def test_kernel_path_per_isa(isa, rng):
     pw = quantize(rng.standard_normal((64, 40)).astype(np.float32), "tq1")
     q, sx, sq = Activations(rng.standard_normal((1, 40)).astype(np.float32)).int8(pw.kp, pw.group)
     path, secs = _native.gemm_tq1([pw.native_args()], 64, pw.kp, pw.group, q, sx, sq, np.empty((1, 64), np.float32))
-    vbmi_paths = {"avx512": {"avx512-vbmi", "avx2"}, "avxvnni": {"avx2"}, "avx2": {"avx2"}, "scalar": {"scalar"}}
+    vbmi_paths = {"amx": {"avx512-vbmi", "avx2"}, "avx512": {"avx512-vbmi", "avx2"}, "avxvnni": {"avx2"}, "avx2": {"avx2"}, "scalar": {"scalar"}}
     assert path in vbmi_paths[isa] and secs >= 0
 
 

@@ -6,9 +6,9 @@ import lowbit
 from lowbit import _native
 from lowbit.bench import roof
 
-# MACs per probe iteration: 12 dot-product instructions of 32 (ymm) or 64 (zmm) u8 x s8 products; the
-# scalar probe's loop does 64.
-MACS_PER_ITER = {"avx2": 12 * 32, "avxvnni": None, "avx512": 12 * 64, "scalar": 64}
+# MACs per probe iteration: 12 dot-product instructions of 32 (ymm) or 64 (zmm) u8 x s8 products; AMX: 4
+# tdpbsud of 16 x 16 x 64; the scalar probe's loop does 64.
+MACS_PER_ITER = {"avx2": 12 * 32, "avxvnni": None, "avx512": 12 * 64, "amx": 4 * 16 * 16 * 64, "scalar": 64}
 
 
 def test_probe_counts_its_macs(isa):

@@ -32,6 +32,7 @@ CpuFeatures detect() {
     const uint64_t xcr0 = xgetbv0();
     f.os_avx = (xcr0 & 0x6) == 0x6;
     f.os_avx512 = f.os_avx && (xcr0 & 0xe0) == 0xe0;
+    f.os_amx = (xcr0 & 0x60000) == 0x60000;  // XTILECFG + XTILEDATA
   }
   if (__get_cpuid_max(0, nullptr) >= 7) {
     __cpuid_count(7, 0, a, b, c, d);
@@ -42,6 +43,8 @@ CpuFeatures detect() {
     f.avx512vl = b & (1u << 31);
     f.avx512vnni = c & (1u << 11);
     f.avx512vbmi = c & (1u << 1);
+    f.amx_tile = d & (1u << 24);
+    f.amx_int8 = d & (1u << 25);
     __cpuid_count(7, 1, a, b, c, d);
     f.avxvnni = a & (1u << 4);
   }
@@ -61,6 +64,9 @@ bool has_avx2(const CpuFeatures& f) { return f.os_avx && f.avx2 && f.fma && f.f1
 bool has_avx512(const CpuFeatures& f) {
   return has_avx2(f) && f.os_avx512 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
 }
+bool has_amx(const CpuFeatures& f) {
+  return has_avx512(f) && f.amx_tile && f.amx_int8 && f.os_amx && amx_tile_permission();
+}
 bool has_avxvnni_vex(const CpuFeatures& f) { return has_avx2(f) && f.avxvnni && kernels_avxvnni() != nullptr; }
 
 void apply(const std::string& requested) {
@@ -76,7 +82,11 @@ void apply(const std::string& requested) {
   std::string name = requested;
   const bool forced = !(name.empty() || name == "auto");
   if (!forced) name = available_isas().front();
-  if (name == "avx512") {
+  if (name == "amx") {
+    if (!has_amx(f)) throw std::invalid_argument("LOWBIT_ISA=amx: this CPU lacks AMX-TILE/AMX-INT8 (with AVX-512 VNNI), or the OS does not grant the tile state");
+    s.table = &kernels_amx();
+    s.reason = "AMX-INT8 present: tdpbsud tiles for 4 tokens or more (16 x 16 x 64 MACs each), AVX-512 VNNI below that";
+  } else if (name == "avx512") {
     if (!has_avx512(f)) throw std::invalid_argument("LOWBIT_ISA=avx512: this CPU lacks AVX-512 F/BW/VL/DQ with VNNI (or the OS does not enable the zmm state)");
     s.table = &kernels_avx512();
     s.reason = "AVX-512 F/BW/VL/DQ + VNNI present: vpdpbusd on zmm, 64 u8 x s8 products per instruction";
@@ -98,7 +108,7 @@ void apply(const std::string& requested) {
     s.table = &kernels_scalar();
     s.reason = "portable C++ (no SIMD level requested or available)";
   } else {
-    throw std::invalid_argument("unknown ISA '" + requested + "': use avx512, avxvnni, avx2, scalar or auto");
+    throw std::invalid_argument("unknown ISA '" + requested + "': use amx, avx512, avxvnni, avx2, scalar or auto");
   }
   if (forced) s.reason = "forced by LOWBIT_ISA/set_isa; " + s.reason;
   else s.reason = "best level this CPU supports; " + s.reason;
@@ -126,6 +136,7 @@ const CpuFeatures& cpu_features() {
 std::vector<std::string> available_isas() {
   const CpuFeatures& f = cpu_features();
   std::vector<std::string> v;
+  if (has_amx(f)) v.push_back("amx");
   if (has_avx512(f)) v.push_back("avx512");
   if (has_avxvnni_vex(f) || has_avx512(f)) v.push_back("avxvnni");
   if (has_avx2(f)) v.push_back("avx2");

@@ -11,11 +11,12 @@ namespace lowbit {
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false, avxvnni = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512vnni = false, avx512vbmi = false;
+  bool amx_tile = false, amx_int8 = false, os_amx = false;
   bool os_avx = false, os_avx512 = false;
 };
 
 const CpuFeatures& cpu_features();
-// Levels this CPU can run, best first ("avx512", "avxvnni", "avx2", "scalar").
+// Levels this CPU can run, best first ("amx", "avx512", "avxvnni", "avx2", "scalar").
 std::vector<std::string> available_isas();
 // Selects a level; "auto" or "" picks the best. Throws std::invalid_argument if unknown or unsupported.
 void select_isa(const std::string& name);

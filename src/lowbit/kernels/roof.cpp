@@ -33,6 +33,10 @@ uint64_t roof_probe_scalar(int64_t iters) {
 
 RoofProbe roof_probe(const char** what) {
   const std::string& isa = selected_isa();
+  if (isa == "amx") {
+    if (what) *what = "tdpbsud tiles (16 x 16 x 64 MACs each), 4 independent accumulator tiles";
+    return roof_probe_amx;
+  }
   if (isa == "avx512") {
     if (what) *what = "vpdpbusd zmm (64 MACs each), 12 independent chains";
     return roof_probe_avx512;

@@ -1,6 +1,7 @@
 // The int8 compute roof: the highest rate of u8 x s8 multiply-accumulates this core reaches in
 // registers, with the instructions the integer kernels use (AVX2: vpmaddubsw + vpaddw; AVX-VNNI /
-// AVX-512: vpdpbusd; scalar: a plain C++ loop as the scalar kernels compile). Prefill is compared to it.
+// AVX-512: vpdpbusd; AMX: tdpbsud; scalar: a plain C++ loop as the scalar kernels compile). Prefill is
+// compared to it.
 #pragma once
 #include <cstdint>
 
@@ -24,6 +25,7 @@ using RoofProbe = uint64_t (*)(int64_t iters);
 uint64_t roof_probe_scalar(int64_t iters);
 uint64_t roof_probe_avx2(int64_t iters);
 uint64_t roof_probe_avx512(int64_t iters);   // vpdpbusd zmm
+uint64_t roof_probe_amx(int64_t iters);      // tdpbsud tiles (gemm_amx.cpp)
 uint64_t roof_probe_avxvnni(int64_t iters);  // vpdpbusd ymm (VEX); 0 MACs when the compiler could not build it
 
 // The probe of the active ISA level (selected_isa()), and its instruction mix in words.

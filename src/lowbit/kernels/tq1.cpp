@@ -41,7 +41,7 @@ Tq1Kernel tq1_kernel(const char** name) {
   const std::string& isa = selected_isa();
   const char* n = "scalar";
   Tq1Kernel k = tq1_gemm_scalar;
-  if (isa == "avx512" && cpu_features().avx512vbmi) {  // cached: no CPUID per call
+  if ((isa == "avx512" || isa == "amx") && cpu_features().avx512vbmi) {  // cached: no CPUID per call
     n = "avx512-vbmi";
     k = tq1_gemm_avx512;
   } else if (isa != "scalar") {

@@ -1,0 +1,150 @@
+// AMX-INT8 GEMM (N >= kAmxMinTokens tokens, groups a multiple of 64) of every code width: the AVX-512 panel
+// GEMM (gemm_panel_avx512.inc) with its token loop on the tile unit. Compiled with AMX target flags; dispatch
+// uses it only where CPUID reports AMX-TILE + AMX-INT8 and the kernel granted this process the tile state.
+//
+// The panel of a 64-row block and K slice, panel[step s][tile t][64] (rows 16t..16t+15 x k 4s..4s+3), is
+// already the B operand of TDPBSUD: 16 consecutive steps of tile t are a B tile (16 rows of 64 bytes, stride
+// 256). Per block of R <= 16 tokens, the four C tiles (int32 [R tokens][16 rows]) are loaded from the int32
+// sums, then each 64 k of the slice is one A tile (R rows of the tokens' int8 activations, stride Kp) and
+// four TDPBSUD (s8 activations x u8 codes): 64 x R x 64 MACs each, exact int32 like vpdpbusd, so the group
+// sums, the float step and the output bits are those of the AVX-512 kernels.
+// Tiles: tmm0-3 C (one per 16-row tile), tmm4 A, tmm5-7 B (rotating).
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common.h"
+
+namespace lowbit {
+namespace {
+#include "gemm_panel_avx512.inc"
+
+constexpr int64_t kAmxMinTokens = 4;
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles for blocks of R tokens: C and A R x 64 bytes, B 16 x 64 bytes.
+inline void load_config(int R) {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = t < 5 ? (uint8_t)R : 16;
+  }
+  _tile_loadconfig(&c);
+}
+
+struct AmxSlice {
+  // The tile configuration's R, per thread: set by the first block of each call (configured() resets it).
+  int* rows;
+  void operator()(const uint8_t* panel, const int8_t* q, int64_t nt, int64_t kp, int64_t steps,
+                  int32_t (*acc32)[kRowBlock]) const {
+    for (int64_t n0 = 0; n0 < nt; n0 += 16) {
+      const int R = (int)std::min<int64_t>(16, nt - n0);
+      if (R != *rows) {
+        load_config(R);
+        *rows = R;
+      }
+      int32_t* c = acc32[n0];
+      _tile_loadd(0, c, 256);
+      _tile_loadd(1, c + 16, 256);
+      _tile_loadd(2, c + 32, 256);
+      _tile_loadd(3, c + 48, 256);
+      const int8_t* qa = q + n0 * kp;
+      for (int64_t s = 0; s < steps; s += 16) {
+        const uint8_t* b = panel + s * 256;
+        _tile_loadd(4, qa + 4 * s, kp);
+        _tile_loadd(5, b, 256);
+        _tile_dpbsud(0, 4, 5);
+        _tile_loadd(6, b + 64, 256);
+        _tile_dpbsud(1, 4, 6);
+        _tile_loadd(7, b + 128, 256);
+        _tile_dpbsud(2, 4, 7);
+        _tile_loadd(5, b + 192, 256);
+        _tile_dpbsud(3, 4, 5);
+      }
+      _tile_stored(0, c, 256);
+      _tile_stored(1, c + 16, 256);
+      _tile_stored(2, c + 32, 256);
+      _tile_stored(3, c + 48, 256);
+    }
+  }
+};
+
+template <int BITS>
+void gemm_amx_bits(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, int64_t b0, int64_t b1) {
+  int rows = 0;  // no configuration loaded yet in this call
+  gemm_panel512<BITS>(w, a, y, ldy, b0, b1, AmxSlice{&rows});
+  if (rows) _tile_release();  // the thread holds no tile state between calls (nothing for context switches)
+}
+
+void gemm_int_amx(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, int64_t b0, int64_t b1) {
+  if (a.N < kAmxMinTokens || w.group % 64 != 0) {
+    kernels_avx512().gemm_int(w, a, y, ldy, b0, b1);
+    return;
+  }
+  switch (w.bits) {
+    case 1: gemm_amx_bits<1>(w, a, y, ldy, b0, b1); break;
+    case 2: gemm_amx_bits<2>(w, a, y, ldy, b0, b1); break;
+    case 4: gemm_amx_bits<4>(w, a, y, ldy, b0, b1); break;
+    case 8: gemm_amx_bits<8>(w, a, y, ldy, b0, b1); break;
+  }
+}
+
+}  // namespace
+
+// The AMX roof probe (roof.h): 4 independent TDPBSUD a iteration (C tiles 0-3 from A tiles 4-5 x B tiles
+// 6-7, all 16 x 64 bytes, loaded once), 4 x 16 x 16 x 64 = 65536 MACs.
+uint64_t roof_probe_amx(int64_t iters) {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = 16;
+  }
+  _tile_loadconfig(&c);
+  alignas(64) static const int8_t ops[16 * 64] = {1, 2, 3};
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ops, 64);
+  _tile_loadd(5, ops, 64);
+  _tile_loadd(6, ops, 64);
+  _tile_loadd(7, ops, 64);
+  for (int64_t i = 0; i < iters; ++i) {
+    _tile_dpbsud(0, 4, 6);
+    _tile_dpbsud(1, 4, 7);
+    _tile_dpbsud(2, 5, 6);
+    _tile_dpbsud(3, 5, 7);
+  }
+  alignas(64) int32_t out[16 * 16];
+  _tile_stored(0, out, 64);  // keeps the chain live
+  __asm__ volatile("" : : "r"(out) : "memory");
+  _tile_release();
+  return (uint64_t)iters * 4 * 16 * 16 * 64;
+}
+
+bool amx_tile_permission() {
+  // Linux: the tile data state is off (XFD) until the process asks for it; granted once for all its threads.
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return granted;
+}
+
+const KernelTable& kernels_amx() {
+  static const KernelTable t = [] {
+    KernelTable k = kernels_avx512();
+    k.name = "amx";
+    k.gemm_int = gemm_int_amx;
+    return k;
+  }();
+  return t;
+}
+
+}  // namespace lowbit
