@@ -1,4 +1,4 @@
-// AMX-INT8 GEMM (N >= kAmxMinTokens tokens, groups a multiple of 64) of every code width: the AVX-512 panel
+// AMX-INT8 GEMM (N >= kAmxMinTokens tokens, groups a multiple of 64 and >= kPanelMinGroup) of every code width: the AVX-512 panel
 // GEMM (gemm_panel_avx512.inc) with its token loop on the tile unit. Compiled with AMX target flags; dispatch
 // uses it only where CPUID reports AMX-TILE + AMX-INT8 and the kernel granted this process the tile state.
 //
@@ -88,7 +88,7 @@ void gemm_amx_bits(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, in
 }
 
 void gemm_int_amx(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, int64_t b0, int64_t b1) {
-  if (a.N < kAmxMinTokens || w.group % 64 != 0) {
+  if (a.N < kAmxMinTokens || w.group % 64 != 0 || w.group < kPanelMinGroup) {
     kernels_avx512().gemm_int(w, a, y, ldy, b0, b1);
     return;
   }

@@ -220,7 +220,7 @@ inline void block_gemv(const IntWeights& w, const ActQ& a, int64_t blk, float* y
 
 template <int BITS>
 void gemm_int_bits(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, int64_t b0, int64_t b1) {
-  if (a.N >= 4) {
+  if (a.N >= 4 && w.group >= kPanelMinGroup) {
     gemm_panel512<BITS>(w, a, y, ldy, b0, b1);
     return;
   }
