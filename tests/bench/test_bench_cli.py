@@ -98,6 +98,11 @@ def test_e2e_shape_json(capsys, head, head_bytes):
     assert len(c) == 2 and res["int8_roof_gmacs"] == max(c) > 0
     assert res["prefill_roof_fraction"] == pytest.approx(
         res["pp_rounds"][0] * res["prefill_macs_per_token"] / (max(c) * 1e9))
+    v = res["avx512_roof"]  # the AMX level also reports prefill against the vector (vpdpbusd) roof
+    if res["isa"] == "amx":
+        assert v["gmacs"] > 0 and v["prefill_fraction"] == pytest.approx(res["pp_tps"] * res["prefill_macs_per_token"] / (v["gmacs"] * 1e9))
+    else:
+        assert v is None
 
 
 def test_e2e_profile(capsys):

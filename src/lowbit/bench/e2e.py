@@ -151,12 +151,18 @@ def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int
     pp_macs = prefill_macs_per_token(model, prompt_tokens)
     compute_fractions = [tps * pp_macs / (max(computes[i], computes[i + 1]) * 1e9)
                          for i, tps in enumerate(speed["pp_rounds"])]
+    # On the AMX level the roof is the tile unit's (~7x vpdpbusd's); the vector roof beside it says how prefill
+    # compares with what the AVX-512 kernels could reach at most.
+    vnni = None
+    if lowbit.cpu_info()["isa"] == "amx":
+        vnni_gmacs = roof.measure_isa("avx512", threads, min_time=0.05, repeats=3)["gmacs"]
+        vnni = {"gmacs": vnni_gmacs, "prefill_fraction": speed["pp_tps"] * pp_macs / (vnni_gmacs * 1e9)}
     return {"model": label, "threads": threads, **speed, **describe(model), "bytes_per_token": per_tok,
             "bandwidth_gbps": bw["gbps"], "bandwidth_samples": bw["samples"], "roofline_tps": roof_tps, "roofline_fraction": float(np.mean(fractions)),
             "roofline_fraction_sd": float(np.std(fractions)),
             "prefill_macs_per_token": pp_macs, "int8_roof_gmacs": max(computes), "int8_roof_samples": computes,
             "prefill_gmacs": speed["pp_tps"] * pp_macs / 1e9, "prefill_roof_fraction": float(np.mean(compute_fractions)),
-            "prefill_roof_fraction_sd": float(np.std(compute_fractions)),
+            "prefill_roof_fraction_sd": float(np.std(compute_fractions)), "avx512_roof": vnni,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "isa": lowbit.cpu_info()["isa"]}
 
@@ -197,6 +203,10 @@ def print_result(r: dict) -> None:
           f"compute roof (highest {r['int8_roof_gmacs']:.0f} G MAC/s of "
           f"{', '.join(f'{x:.0f}' for x in r['int8_roof_samples'])} with {r['threads']} thread(s) read around the "
           f"rounds, `lowbit bench roof`)")
+    if r.get("avx512_roof"):
+        v = r["avx512_roof"]
+        print(f"  prefill at {100 * v['prefill_fraction']:.0f}% of the AVX-512 vpdpbusd roof ({v['gmacs']:.0f} G MAC/s, "
+              f"`LOWBIT_ISA=avx512 lowbit bench roof`, read after the rounds)")
     print(f"  peak memory (RSS) {r['peak_rss_bytes'] / 1e9:.2f} GB")
 
 

@@ -53,5 +53,15 @@ def measure(threads: int = 1, min_time: float = 0.1, repeats: int = 3) -> dict:
             "macs_per_cycle": best / threads * 1e3 / mhz if mhz else None, "mhz": mhz}
 
 
+def measure_isa(isa: str, threads: int = 1, min_time: float = 0.1, repeats: int = 3) -> dict:
+    """measure() with the kernel level `isa` active for its duration (the active level is restored)."""
+    before = lowbit.cpu_info()["isa"]
+    lowbit.set_isa(isa)
+    try:
+        return measure(threads, min_time, repeats)
+    finally:
+        lowbit.set_isa(before)
+
+
 def sweep(max_threads: int, min_time: float = 0.1, repeats: int = 3) -> list[dict]:
     return [measure(t, min_time, repeats) for t in range(1, max_threads + 1)]

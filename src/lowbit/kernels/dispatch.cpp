@@ -43,6 +43,7 @@ CpuFeatures detect() {
     f.avx512vl = b & (1u << 31);
     f.avx512vnni = c & (1u << 11);
     f.avx512vbmi = c & (1u << 1);
+    f.gfni = c & (1u << 8);
     f.amx_tile = d & (1u << 24);
     f.amx_int8 = d & (1u << 25);
     __cpuid_count(7, 1, a, b, c, d);
@@ -65,7 +66,7 @@ bool has_avx512(const CpuFeatures& f) {
   return has_avx2(f) && f.os_avx512 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
 }
 bool has_amx(const CpuFeatures& f) {
-  return has_avx512(f) && f.amx_tile && f.amx_int8 && f.os_amx && amx_tile_permission();
+  return has_avx512(f) && f.gfni && f.amx_tile && f.amx_int8 && f.os_amx && amx_tile_permission();
 }
 bool has_avxvnni_vex(const CpuFeatures& f) { return has_avx2(f) && f.avxvnni && kernels_avxvnni() != nullptr; }
 

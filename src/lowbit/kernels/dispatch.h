@@ -11,7 +11,7 @@ namespace lowbit {
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false, avxvnni = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512vnni = false, avx512vbmi = false;
-  bool amx_tile = false, amx_int8 = false, os_amx = false;
+  bool amx_tile = false, amx_int8 = false, os_amx = false, gfni = false;
   bool os_avx = false, os_avx512 = false;
 };
 

@@ -44,6 +44,7 @@ struct AmxSlice {
   // Steps a slice (a multiple of 16: a B tile). Measured at 32, 64, 128, 256 and 1024 (ternary, 1 thread,
   // N = 16 and 128): 64 is best; longer slices move the C tiles less often but read the panel from L2.
   static constexpr int kSteps = 64;
+  static constexpr bool kGfni = true;  // every AMX CPU has GFNI (has_amx checks it)
   // The tile configuration's R, per thread: set by the first block of each call (configured() resets it).
   int* rows;
   void operator()(const uint8_t* panel, const int8_t* q, int64_t nt, int64_t kp, int64_t steps,
