@@ -48,18 +48,28 @@ struct AmxSlice {
   // The tile configuration's R, per thread: set by the first block of each call (configured() resets it).
   int* rows;
   void operator()(const uint8_t* panel, const int8_t* q, int64_t nt, int64_t kp, int64_t steps,
-                  int32_t (*acc32)[kRowBlock]) const {
+                  int32_t (*acc32)[kRowBlock], bool first, bool last) const {
+    // One block of tokens (a batched decode step of <= 16 rows): its C tiles stay in the tile unit from the
+    // group's first slice to its last, instead of going through acc32 at every slice.
+    const bool hold = nt <= 16;
     for (int64_t n0 = 0; n0 < nt; n0 += 16) {
       const int R = (int)std::min<int64_t>(16, nt - n0);
       if (R != *rows) {
-        load_config(R);
+        load_config(R);  // clears the tiles: only at a group's first slice (R is fixed within a call's pass)
         *rows = R;
       }
       int32_t* c = acc32[n0];
-      _tile_loadd(0, c, 256);
-      _tile_loadd(1, c + 16, 256);
-      _tile_loadd(2, c + 32, 256);
-      _tile_loadd(3, c + 48, 256);
+      if (first) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      } else if (!hold) {
+        _tile_loadd(0, c, 256);
+        _tile_loadd(1, c + 16, 256);
+        _tile_loadd(2, c + 32, 256);
+        _tile_loadd(3, c + 48, 256);
+      }
       const int8_t* qa = q + n0 * kp;
       for (int64_t s = 0; s < steps; s += 16) {
         const uint8_t* b = panel + s * 256;
@@ -73,10 +83,12 @@ struct AmxSlice {
         _tile_loadd(5, b + 192, 256);
         _tile_dpbsud(3, 4, 5);
       }
-      _tile_stored(0, c, 256);
-      _tile_stored(1, c + 16, 256);
-      _tile_stored(2, c + 32, 256);
-      _tile_stored(3, c + 48, 256);
+      if (last || !hold) {  // acc32 is zero at the group's start: the group's sums are exactly these
+        _tile_stored(0, c, 256);
+        _tile_stored(1, c + 16, 256);
+        _tile_stored(2, c + 32, 256);
+        _tile_stored(3, c + 48, 256);
+      }
     }
   }
 };
