@@ -9,13 +9,15 @@ import pytest
 from lowbit.formats import quantize
 from tests.formats.test_int_formats import reference
 
-# Groups of 256 or more (and one group a row) take the AVX-512 / AMX panel GEMM from 4 tokens.
+# Groups of 256 or more (and one group a row) take the AVX-512 panel GEMM from 4 tokens, every group of a multiple
+# of 32 the AMX one (groups of 288: a 64-step slice, then 8 steps, so the tile shape changes inside a group).
 CASES = [("int8", {}), ("int8", {"group_size": None}), ("int8", {"group_size": 96}), ("ternary", {"scale": "row"}),
-         ("int2", {}), ("binary", {}), ("int4", {}), ("int2", {"group_size": 256}), ("int4", {"group_size": 512})]
+         ("int2", {}), ("binary", {}), ("int4", {}), ("int2", {"group_size": 256}), ("int4", {"group_size": 512}),
+         ("int8", {"group_size": 288})]
 
 
 @pytest.mark.parametrize("fmt,opts", CASES, ids=lambda c: c if isinstance(c, str) else str(c))
-@pytest.mark.parametrize("n", [2, 3, 4, 7, 16, 70, 133])
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 13, 16, 70, 133])
 def test_gemm_rows_equal_gemv_bitwise(isa, fmt, opts, n, rng):
     m, k = 141, 1000  # 3 row blocks (the last of 13 rows), K padded to the format's unit
     w = rng.standard_normal((m, k)).astype(np.float32)
