@@ -17,7 +17,9 @@ TARGETS=(llama-bench llama-quantize llama-perplexity llama-imatrix)
 mkdir -p "$DIR"
 cd "$DIR"
 if ! ls llama_cpp_python-*.tar.gz >/dev/null 2>&1; then
-    python3 -m pip download --no-deps --no-binary :all: -d . "$SPEC" >&2
+    # --no-build-isolation: else pip prepares the sdist's metadata in an isolated environment whose build
+    # requirements (cmake among them) --no-binary :all: makes it compile from source, ~20 min on 2 cores
+    python3 -m pip download --no-deps --no-binary :all: --no-build-isolation -d . "$SPEC" >&2
 fi
 SDIST=$(ls llama_cpp_python-*.tar.gz | sort -V | tail -1)
 SRC=${SDIST%.tar.gz}
