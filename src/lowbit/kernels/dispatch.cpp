@@ -86,7 +86,7 @@ void apply(const std::string& requested) {
   if (name == "amx") {
     if (!has_amx(f)) throw std::invalid_argument("LOWBIT_ISA=amx: this CPU lacks AMX-TILE/AMX-INT8 (with AVX-512 VNNI), or the OS does not grant the tile state");
     s.table = &kernels_amx();
-    s.reason = "AMX-INT8 present: tdpbsud tiles for 4 tokens or more (16 x 16 x 64 MACs each), AVX-512 VNNI below that";
+    s.reason = "AMX-INT8 present: tdpbsud tiles for 8 tokens or more (16 x 16 x 64 MACs each), AVX-512 VNNI below that";
   } else if (name == "avx512") {
     if (!has_avx512(f)) throw std::invalid_argument("LOWBIT_ISA=avx512: this CPU lacks AVX-512 F/BW/VL/DQ with VNNI (or the OS does not enable the zmm state)");
     s.table = &kernels_avx512();

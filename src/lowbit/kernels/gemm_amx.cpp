@@ -1,4 +1,4 @@
-// AMX-INT8 GEMM (N >= kAmxMinTokens tokens; groups a multiple of 32, smaller ones only at 12-32 tokens) of every code width: the AVX-512 panel
+// AMX-INT8 GEMM (N >= kAmxMinTokens = 8 tokens; groups a multiple of 32, smaller ones only at 12-32 tokens) of every code width: the AVX-512 panel
 // GEMM (gemm_panel_avx512.inc) with its token loop on the tile unit. Compiled with AMX target flags; dispatch
 // uses it only where CPUID reports AMX-TILE + AMX-INT8 and the kernel granted this process the tile state.
 //
@@ -22,7 +22,10 @@ namespace lowbit {
 namespace {
 #include "gemm_panel_avx512.inc"
 
-constexpr int64_t kAmxMinTokens = 4;
+// From 8 tokens (kComputeBoundRows: the step's GEMMs run in short runs of blocks). A 4-row batched step of
+// bitnet-0.7b (scripts/step_ab.py --batch 4, 2 threads): GEMM 18.6 ms on the tiles vs 14.7 on AVX-512, 2.6 ms of
+// it at the join (the long per-thread runs of N < 8); at 8 rows 17.5 vs 23.9, at 16 18.6 vs 30.7.
+constexpr int64_t kAmxMinTokens = 8;
 constexpr int64_t kAmxSmallGroupTokens[2] = {12, 32};  // the tokens for which groups < kPanelMinGroup take tiles
 
 struct alignas(64) TileConfig {
