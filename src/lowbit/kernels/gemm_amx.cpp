@@ -1,14 +1,18 @@
-// AMX-INT8 GEMM (N >= kAmxMinTokens = 8 tokens; groups a multiple of 32, smaller ones only at 12-32 tokens) of every code width: the AVX-512 panel
-// GEMM (gemm_panel_avx512.inc) with its token loop on the tile unit. Compiled with AMX target flags; dispatch
-// uses it only where CPUID reports AMX-TILE + AMX-INT8 and the kernel granted this process the tile state.
+// AMX-INT8 GEMM of every code width (N >= kAmxMinTokens = 8 tokens; groups a multiple of 32, those below 256 only
+// at 12-32 tokens): the AVX-512 panel GEMM (gemm_panel_avx512.inc) with its token loop on the tile unit. Compiled
+// with AMX target flags; dispatch uses it only where CPUID reports AMX-TILE + AMX-INT8 + GFNI and the kernel
+// granted this process the tile state.
 //
 // The panel of a 64-row block and K slice, panel[step s][tile t][64] (rows 16t..16t+15 x k 4s..4s+3), is
 // already the B operand of TDPBSUD: 16 consecutive steps of tile t are a B tile (16 rows of 64 bytes, stride
-// 256). Per block of R <= 16 tokens, the four C tiles (int32 [R tokens][16 rows]) are loaded from the int32
-// sums, then each 64 k of the slice is one A tile (R rows of the tokens' int8 activations, stride Kp) and
+// 256). Per block of R <= 16 tokens, four C tiles (int32 [R tokens][16 rows], zeroed at a group's start, held
+// or parked in the int32 sums between slices), and each 64 k of the slice is one A tile (R rows of the tokens'
+// int8 activations, stride Kp) and
 // four TDPBSUD (s8 activations x u8 codes): 64 x R x 64 MACs each, exact int32 like vpdpbusd, so the group
 // sums, the float step and the output bits are those of the AVX-512 kernels.
-// Tiles: tmm0-3 C (one per 16-row tile), tmm4 A, tmm5-7 B (rotating).
+// Tiles: tmm0-3 C (one per 16-row tile), tmm4 A, tmm5-7 B (rotating). Each call loads its configuration and
+// releases the tiles at its end; keeping the configuration across calls (thread_local) measured level in the
+// batched step (scripts/step_ab.py, alternating builds).
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
