@@ -154,7 +154,8 @@ def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int
     # On the AMX level the roof is the tile unit's (~7x vpdpbusd's); the vector roof beside it says how prefill
     # compares with what the AVX-512 kernels could reach at most.
     vnni = None
-    if lowbit.cpu_info()["isa"] == "amx":
+    isa = lowbit.cpu_info()["isa"]
+    if isa == "amx":
         vnni_gmacs = roof.measure_isa("avx512", threads, min_time=0.05, repeats=3)["gmacs"]
         vnni = {"gmacs": vnni_gmacs, "prefill_fraction": speed["pp_tps"] * pp_macs / (vnni_gmacs * 1e9)}
     return {"model": label, "threads": threads, **speed, **describe(model), "bytes_per_token": per_tok,
@@ -164,7 +165,7 @@ def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int
             "prefill_gmacs": speed["pp_tps"] * pp_macs / 1e9, "prefill_roof_fraction": float(np.mean(compute_fractions)),
             "prefill_roof_fraction_sd": float(np.std(compute_fractions)), "avx512_roof": vnni,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "isa": lowbit.cpu_info()["isa"]}
+            "isa": isa}
 
 
 def decode_rates(row: dict, per_tok: dict, bandwidth_gbps: float) -> dict:

@@ -113,7 +113,7 @@ const KernelTable& kernels_avx2();
 const KernelTable* kernels_avxvnni();       // nullptr if the compiler could not build it
 const KernelTable& kernels_avx512();
 const KernelTable& kernels_avxvnni_evex();  // the AVX-VNNI ymm kernels, EVEX-encoded (AVX512-VNNI+VL CPUs)
-const KernelTable& kernels_amx();           // AVX-512's, with the AMX-INT8 GEMM for N >= 4 (gemm_amx.cpp)
+const KernelTable& kernels_amx();           // AVX-512's, with the AMX-INT8 GEMM for N >= 8 (gemm_amx.cpp)
 bool amx_tile_permission();                 // asks Linux for the tile state once; false if refused
 
 inline float f16_to_f32(uint16_t h) {

@@ -7,9 +7,8 @@
 // already the B operand of TDPBSUD: 16 consecutive steps of tile t are a B tile (16 rows of 64 bytes, stride
 // 256). Per block of R <= 16 tokens, four C tiles (int32 [R tokens][16 rows], zeroed at a group's start, held
 // or parked in the int32 sums between slices), and each 64 k of the slice is one A tile (R rows of the tokens'
-// int8 activations, stride Kp) and
-// four TDPBSUD (s8 activations x u8 codes): 64 x R x 64 MACs each, exact int32 like vpdpbusd, so the group
-// sums, the float step and the output bits are those of the AVX-512 kernels.
+// int8 activations, stride Kp) and four TDPBSUD (s8 activations x u8 codes): 64 x R x 64 MACs each, exact int32
+// like vpdpbusd, so the group sums, the float step and the output bits are those of the AVX-512 kernels.
 // Tiles: tmm0-3 C (one per 16-row tile), tmm4 A, tmm5-7 B (rotating). Each call loads its configuration and
 // releases the tiles at its end; keeping the configuration across calls (thread_local) measured level in the
 // batched step (scripts/step_ab.py, alternating builds).
@@ -145,12 +144,7 @@ void gemm_int_amx(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, int
 // The AMX roof probe (roof.h): 4 independent TDPBSUD a iteration (C tiles 0-3 from A tiles 4-5 x B tiles
 // 6-7, all 16 x 64 bytes, loaded once), 4 x 16 x 16 x 64 = 65536 MACs.
 uint64_t roof_probe_amx(int64_t iters) {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.colsb[t] = 64;
-    c.rows[t] = 16;
-  }
-  _tile_loadconfig(&c);
+  load_config(16, 16);
   alignas(64) static const int8_t ops[16 * 64] = {1, 2, 3};
   _tile_zero(0);
   _tile_zero(1);
