@@ -6,12 +6,14 @@ bits per weight = m*b/v (codes) + 16/g (float16 scales) + the codebooks, m * 2^b
 (``codebook_bpw`` reports them apart). b <= 8: each code is one byte, so b < 8 stores 8 bits per code.
 
 Layout (kernels/codebook.h has the same description next to the kernels):
-    b != 4:   codes uint8 [G][Mt][S_g][m][8]   Mt = ceil(M/8) tiles of 8 rows, Kp = ceil(K/v)*v,
-                                               G = ceil(Kp/g), S_g = segments (of v inputs) in group g
+    b != 4:   codes uint8 [G][Mb][S_g][m][64]  Mb = ceil(M/64) blocks of 64 rows (Mt = 8 Mb tiles of 8 rows),
+                                               Kp = ceil(K/v)*v, G = ceil(Kp/g), S_g = segments (of v inputs) in
+                                               group g: a pair's 64 codes are one vector (one vpermi2b lookup)
     b == 4:   codes uint8 [G][Mt][P_g/2][32]   Mt = ceil(M/32) tiles of 32 rows; the P_g = S_g*m (segment,
               codebook) pairs of a group (q = s*m + i), padded to even with code 0: byte [p][j] holds row j's
               code of pair 2p in its low nibble and of pair 2p+1 in its high nibble (one vpshufb = 32 rows)
-    scale     float16 [G][Mt*TILE]             TILE = 8 or 32 rows; rows past M have scale 0
+    scale     float16 [G][Mt*TILE]             TILE = 8 or 32 rows; rows past M have scale 0 (and code 0)
+A b != 4 state written before the 64-row blocks (config without "code_block") is repacked at load.
     codebooks float16 [m][2^b][v]
 Two kernels: the Psumbook one (per token and group, the inner products of each input segment with every
 centroid, then one lookup per code) and dequantize-then-multiply (the usual kernel, the paper's baseline).
@@ -29,6 +31,7 @@ from lowbit import _native
 from lowbit.formats.base import Activations, PackedWeight, check_weight
 
 TILE = 8
+BLOCK = 64  # b != 4: rows per block of the code layout (Mt is a multiple of 8 tiles)
 LUT_TILE = 32  # b == 4: rows per tile of the nibble (register-table) layout
 PSUM_MAX_TOKENS = 16  # kernels/codebook.h codebook_use_psum: the native decoder makes the same choice
 DEFAULTS = {"m": 1, "v": 4, "b": 8, "g": 128}
@@ -64,11 +67,17 @@ def row_tile(b: int) -> int:
     return LUT_TILE if b == 4 else TILE
 
 
+def padded_rows(rows: int, b: int) -> int:
+    """Rows of the packed layout: whole tiles of 32 (b == 4), else whole blocks of 64."""
+    unit = LUT_TILE if b == 4 else BLOCK
+    return -(-rows // unit) * unit
+
+
 def codes_bytes(rows: int, kp: int, m: int, v: int, b: int, group: int) -> int:
     """Bytes of the packed codes of an [rows, kp] weight."""
     nseg = kp // v
     if b != 4:
-        return -(-rows // TILE) * TILE * nseg * m
+        return padded_rows(rows, b) * nseg * m
     S = group // v
     nfull, rem = nseg // S, nseg % S
     pairs = nfull * (S * m + (S * m) % 2) + (rem * m + (rem * m) % 2)
@@ -100,13 +109,19 @@ def pack_codes(idx: np.ndarray, group: int, v: int, b: int = 8) -> np.ndarray:
         full[:rows] = idx
         parts = [_pack_nibbles(full[:, s0:s0 + S].reshape(mt * LUT_TILE, -1)) for s0 in range(0, nseg, S)]
         return np.ascontiguousarray(np.concatenate(parts))
-    mt, S = -(-rows // TILE), group // v
-    full = np.zeros((mt * TILE, nseg, m), np.uint8)
+    return _pack_rows(idx, group, v, BLOCK)
+
+
+def _pack_rows(idx: np.ndarray, group: int, v: int, unit: int) -> np.ndarray:
+    """codes [M, nseg, m] -> [G][ceil(M/unit)][S_g][m][unit] (unit 64; 8: the layout before the 64-row blocks)."""
+    rows, nseg, m = idx.shape
+    mt, S = -(-rows // unit), group // v
+    full = np.zeros((mt * unit, nseg, m), np.uint8)
     full[:rows] = idx
     nfull = nseg // S
-    parts = [full[:, :nfull * S].reshape(mt, TILE, nfull, S, m).transpose(2, 0, 3, 4, 1).reshape(-1)]
+    parts = [full[:, :nfull * S].reshape(mt, unit, nfull, S, m).transpose(2, 0, 3, 4, 1).reshape(-1)]
     if nseg > nfull * S:
-        parts.append(full[:, nfull * S:].reshape(mt, TILE, nseg - nfull * S, m).transpose(0, 2, 3, 1).reshape(-1))
+        parts.append(full[:, nfull * S:].reshape(mt, unit, nseg - nfull * S, m).transpose(0, 2, 3, 1).reshape(-1))
     return np.ascontiguousarray(np.concatenate(parts))
 
 
@@ -121,14 +136,19 @@ def unpack_codes(packed: np.ndarray, rows: int, nseg: int, m: int, group: int, v
             out.append(_unpack_nibbles(packed[at:at + n], mt * LUT_TILE, p).reshape(mt * LUT_TILE, -1, m))
             at += n
         return np.concatenate(out, axis=1)[:rows]
-    mt, S = -(-rows // TILE), group // v
+    return _unpack_rows(packed, rows, nseg, m, group, v, BLOCK)
+
+
+def _unpack_rows(packed: np.ndarray, rows: int, nseg: int, m: int, group: int, v: int, unit: int) -> np.ndarray:
+    """The inverse of _pack_rows."""
+    mt, S = -(-rows // unit), group // v
     nfull = nseg // S
-    out = np.empty((mt * TILE, nseg, m), np.uint8)
-    n_a = nfull * mt * S * m * TILE
-    out[:, :nfull * S] = packed[:n_a].reshape(nfull, mt, S, m, TILE).transpose(1, 4, 0, 2, 3).reshape(mt * TILE, nfull * S, m)
+    out = np.empty((mt * unit, nseg, m), np.uint8)
+    n_a = nfull * mt * S * m * unit
+    out[:, :nfull * S] = packed[:n_a].reshape(nfull, mt, S, m, unit).transpose(1, 4, 0, 2, 3).reshape(mt * unit, nfull * S, m)
     if nseg > nfull * S:
         rem = nseg - nfull * S
-        out[:, nfull * S:] = packed[n_a:].reshape(mt, rem, m, TILE).transpose(0, 3, 1, 2).reshape(mt * TILE, rem, m)
+        out[:, nfull * S:] = packed[n_a:].reshape(mt, rem, m, unit).transpose(0, 3, 1, 2).reshape(mt * unit, rem, m)
     return out[:rows]
 
 
@@ -147,7 +167,7 @@ class CodebookWeight(PackedWeight):
         self.nc = 1 << self.b
         self.ngroups = -(-self.kp // self.group)
         self.tile = row_tile(self.b)
-        self.mt = -(-self.shape[0] // self.tile)
+        self.mt = padded_rows(self.shape[0], self.b) // self.tile
         n_codes = codes_bytes(self.shape[0], self.kp, self.m, self.v, self.b, self.group)
         if codes.dtype != np.uint8 or codes.ndim != 1 or codes.size != n_codes:
             raise ValueError(f"codebook: packed codes must be flat uint8 of {n_codes} bytes, got {codes.dtype} {codes.shape}")
@@ -193,9 +213,7 @@ class CodebookWeight(PackedWeight):
         rows, nseg, m = idx.shape
         v = books.shape[2]
         b = int(np.log2(books.shape[1]))
-        tile = row_tile(b)
-        mt = -(-rows // tile)
-        sp = np.zeros((mt * tile, s.shape[1]), np.float16)
+        sp = np.zeros((padded_rows(rows, b), s.shape[1]), np.float16)
         sp[:rows] = s
         return cls((rows, k), m, v, b, group, pack_codes(idx, group, v, b), np.ascontiguousarray(sp.T).reshape(-1),
                    np.ascontiguousarray(books, np.float16), meta)
@@ -255,10 +273,31 @@ class CodebookWeight(PackedWeight):
     def state(self):
         meta = {"format": self.format, "M": self.shape[0], "K": self.shape[1], "m": self.m, "v": self.v, "b": self.b,
                 "group": self.group, **self.meta_extra}
+        if self.b != 4:
+            meta["code_block"] = BLOCK
         return meta, {"codes": self.codes, "scale": self.scale, "codebooks": self.codebooks}
 
     @classmethod
     def from_state(cls, meta, tensors):
-        extra = {k: v for k, v in meta.items() if k not in ("format", "M", "K", "m", "v", "b", "group")}
-        return cls((meta["M"], meta["K"]), meta["m"], meta["v"], meta["b"], meta["group"], tensors["codes"],
-                   tensors["scale"], tensors["codebooks"], extra)
+        extra = {k: v for k, v in meta.items() if k not in ("format", "M", "K", "m", "v", "b", "group", "code_block")}
+        codes, scale = tensors["codes"], tensors["scale"]
+        if meta["b"] != 4 and meta.get("code_block", TILE) != BLOCK:
+            codes, scale = _repack_tiles8(meta, codes, scale)
+        return cls((meta["M"], meta["K"]), meta["m"], meta["v"], meta["b"], meta["group"], codes, scale,
+                   tensors["codebooks"], extra)
+
+
+def _repack_tiles8(meta, codes, scale):
+    """A b != 4 state from before the 64-row blocks ([G][ceil(M/8)][S_g][m][8], scales [G][ceil(M/8)*8]) ->
+    the current layout."""
+    rows, v, m = int(meta["M"]), int(meta["v"]), int(meta["m"])
+    kp = -(-int(meta["K"]) // v) * v
+    group = min(int(meta["group"]), kp)
+    old_rows = -(-rows // TILE) * TILE
+    if codes.size != old_rows * (kp // v) * m or scale.size % old_rows:
+        raise ValueError(f"codebook: packed codes of {codes.size} bytes fit neither layout of a [{rows}, {kp}] weight")
+    idx = _unpack_rows(np.asarray(codes), rows, kp // v, m, group, v, TILE)
+    s = np.asarray(scale).reshape(-1, old_rows)
+    sp = np.zeros((s.shape[0], padded_rows(rows, int(meta["b"]))), np.float16)
+    sp[:, :rows] = s[:, :rows]
+    return pack_codes(idx, group, v, int(meta["b"])), sp.reshape(-1)

@@ -235,14 +235,19 @@ int64_t codebook_table_floats(const CodebookWeights& w, int64_t N) {
 }
 
 CodebookKernel codebook_kernel(bool psum, const char** name) {
-  const bool scalar = selected_isa() == "scalar";
+  const std::string& isa = selected_isa();
+  const bool scalar = isa == "scalar";
+  if (psum && (isa == "avx512" || isa == "amx") && cpu_features().avx512vbmi) {
+    if (name) *name = "avx512vbmi";
+    return codebook_psum_vbmi;
+  }
   if (name) *name = scalar ? "scalar" : "avx2";
   if (psum) return scalar ? codebook_psum_scalar : codebook_psum_avx2;
   return scalar ? codebook_dequant_scalar : codebook_dequant_avx2;
 }
 
 void codebook_run(const CodebookWeights& w, const float* x, int64_t N, float* y, CodebookKernel k) {
-  const bool psum = k == codebook_psum_scalar || k == codebook_psum_avx2;
+  const bool psum = k == codebook_psum_scalar || k == codebook_psum_avx2 || k == codebook_psum_vbmi;
   CodebookJob j;
   j.w = w;
   j.x = x;
@@ -280,6 +285,7 @@ void codebook_run(const CodebookWeights& w, const float* x, int64_t N, float* y,
   }
   j.n_gc = (int64_t)j.gb.size() - 1;
   j.tpc = (w.Mt + j.n_rc - 1) / j.n_rc;
+  if (!w.lut4()) j.tpc = (j.tpc + 7) / 8 * 8;  // whole blocks of 64 rows (the VBMI kernel's unit)
   j.n_rc = (w.Mt + j.tpc - 1) / j.tpc;
   const int64_t ldy = w.Mt * w.tile();
   // the partial sums: up to kKeepFloats (decode sizes) a buffer kept by the calling thread (no allocation and

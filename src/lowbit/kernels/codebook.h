@@ -10,9 +10,10 @@
 // The tables of one group (S = group/v segments: m*nc*S floats, 32 KiB for m1v4b8g128) are built once per
 // token and stay in L1 while every row of the group is looked up.
 //
-// Layout (Mt = ceil(M/8) tiles of 8 rows, Kp = ceil(K/v)*v, G = ceil(Kp/group), S_g = segments of group g):
-//     codes: uint8 [G][Mt][S_g][m][8]   the 8 rows' codes of one (segment, codebook) are 8 bytes: one
-//            vpmovzxbd gives the 8 gather indices. All groups but the last have S = group/v segments.
+// Layout (Mt = ceil(M/64)*8 tiles of 8 rows, Kp = ceil(K/v)*v, G = ceil(Kp/group), S_g = segments of group g):
+//     codes: uint8 [G][Mt/8][S_g][m][64]   blocks of 64 rows: a (segment, codebook) pair's 64 codes are one 64-byte
+//            vector (one vpermi2b lookup on AVX-512 VBMI), tile t's 8 rows its bytes 8*(t%8).. (tile_codes). All
+//            groups but the last have S = group/v segments.
 //     scale: f16 [G][Mt*8]              rows past M have scale 0
 //     cbT:   f32 [m][v][nc]             coordinate-major codebooks (table build: v FMAs per 8 entries)
 //     cb:    f32 [m][nc][v]             centroid-major codebooks (the dequantize kernel's vector loads)
@@ -49,6 +50,9 @@ struct CodebookWeights {
   const float* cb;
   int64_t M, Kp, group, m, v, nc, Mt, G;  // Mt: tiles of tile_rows(nc) rows
   static int64_t tile_rows(int64_t nc) { return nc == 16 ? 32 : 8; }
+  // tiles for M rows: b = 4 tiles of 32; else tiles of 8 in whole blocks of 64 rows
+  static int64_t tiles(int64_t M, int64_t nc) { return nc == 16 ? (M + 31) / 32 : (M + 63) / 64 * 8; }
+  static constexpr int64_t kPairStride = 64;  // b != 4: bytes from one pair's codes of a tile to the next pair's
   bool lut4() const { return nc == 16; }
   int64_t tile() const { return tile_rows(nc); }
   int64_t segs_full() const { return group / v; }
@@ -61,6 +65,10 @@ struct CodebookWeights {
   int64_t pairs_padded_full() const { return (segs_full() * m + 1) & ~int64_t(1); }
   const uint8_t* group_codes(int64_t grp) const {
     return codes + grp * Mt * (lut4() ? pairs_padded_full() * 16 : segs_full() * m * 8);
+  }
+  // b != 4: tile t's codes of group grp; pair q's 8 rows at + q * kPairStride
+  const uint8_t* tile_codes(int64_t grp, int64_t tile) const {
+    return group_codes(grp) + (tile / 8) * segs(grp) * m * 64 + (tile % 8) * 8;
   }
   int64_t codes_bytes() const {
     if (!lut4()) return Mt * (Kp / v) * m * 8;
@@ -77,6 +85,10 @@ int64_t codebook_table_floats(const CodebookWeights& w, int64_t N);
 void codebook_psum_scalar(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
                           int64_t, float*, int64_t, float*);
 void codebook_psum_avx2(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                        int64_t, float*, int64_t, float*);
+// b = 8 on AVX-512 VBMI: int8 tables looked up by vpermi2b (codebook_vbmi.cpp); other b or more than 4 tokens: the
+// AVX2 kernel
+void codebook_psum_vbmi(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
                         int64_t, float*, int64_t, float*);
 void codebook_dequant_scalar(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
                              int64_t, float*, int64_t, float*);
@@ -123,8 +135,8 @@ void codebook_lut4_unpack(const uint8_t* tc, int64_t P, uint8_t* out);
 constexpr int64_t kCodebookPsumMaxTokens = 16;
 inline bool codebook_use_psum(const CodebookWeights& w, int64_t N) { return w.lut4() || N <= kCodebookPsumMaxTokens; }
 
-// The path for the active ISA ("scalar" -> the C++ twin, any SIMD level -> AVX2). psum: the Psumbook
-// kernel, else dequantize-then-multiply. name: the path chosen.
+// The path for the active ISA ("scalar" -> the C++ twin, avx512 / amx with VBMI -> the VBMI Psumbook for b = 8, any
+// SIMD level -> AVX2). psum: the Psumbook kernel, else dequantize-then-multiply. name: the path chosen.
 CodebookKernel codebook_kernel(bool psum, const char** name);
 
 // y [N][M] = x [N][Kp] . W^T on the thread pool; call without the GIL.

@@ -45,16 +45,17 @@ inline __m256 scale8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128
 // each lookup is one scalar load + add from the group's L1 table. Measured on Zen 3 (4096x4096 m1v4,
 // tables in L1): 16-row scalar lookups 1.0 ms, 8-row scalar 1.3 ms, vpgatherdd (8 rows per gather) 1.8 ms,
 // int16 tables 1.6 ms. The gather is microcoded here, so loads win.
+// tc: the first tile's codes (codebook.h tile_codes), the second's at tc + 8 (two tiles of one block of 64 rows).
 template <int TILES>
 inline void lookup_tiles(const float* Tn, int64_t nc, const uint8_t* tc, int64_t Q, const uint16_t* sc, float* dst) {
   float a[8 * TILES] = {};
   const float* Tq = Tn;
   const uint8_t* cq = tc;
-  for (int64_t q = 0; q < Q; ++q, Tq += nc, cq += 8) {
+  for (int64_t q = 0; q < Q; ++q, Tq += nc, cq += CodebookWeights::kPairStride) {
 #pragma GCC unroll 2
     for (int t = 0; t < TILES; ++t) {
       uint64_t c;
-      std::memcpy(&c, cq + t * Q * 8, 8);
+      std::memcpy(&c, cq + t * 8, 8);
 #pragma GCC unroll 8
       for (int r = 0; r < 8; ++r) a[8 * t + r] += Tq[(c >> (8 * r)) & 0xff];
     }
@@ -75,16 +76,24 @@ void codebook_psum_avx2(const CodebookWeights& w, const float* x, int64_t ldx, i
     const int64_t Q = w.segs(grp) * w.m;  // (segment, codebook) pairs of this group
     build_tables(w, x, ldx, N, grp, T);
     const uint16_t* sc = w.scale + grp * w.Mt * 8;
-    const uint8_t* gcodes = w.group_codes(grp);
+    const uint8_t* gend = w.group_codes(grp) + w.Mt * Q * 8;
     int64_t tile = t0;
+    if (tile % 2 && tile < t1) {  // a pair of tiles must lie in one block of 8
+      for (int64_t n = 0; n < N; ++n)
+        lookup_tiles<1>(T + n * Q * nc, nc, w.tile_codes(grp, tile), Q, sc + tile * 8, yp + n * ldy + tile * 8);
+      ++tile;
+    }
     for (; tile + 2 <= t1; tile += 2) {
-      const uint8_t* tc = gcodes + tile * Q * 8;
-      for (int64_t l = 0; l < 2 * Q * 8; l += 64) _mm_prefetch((const char*)(tc + 8 * Q * 8 + l), _MM_HINT_T0);
+      const uint8_t* tc = w.tile_codes(grp, tile);
+      // the next block's codes (Q lines), a quarter per pair of tiles
+      const uint8_t* nb = w.tile_codes(grp, tile - tile % 8 + 8) + (tile % 8 / 2) * Q * 16;
+      for (int64_t l = 0; l < Q * 16; l += 64)
+        if (nb + l < gend) _mm_prefetch((const char*)(nb + l), _MM_HINT_T0);
       for (int64_t n = 0; n < N; ++n) lookup_tiles<2>(T + n * Q * nc, nc, tc, Q, sc + tile * 8, yp + n * ldy + tile * 8);
     }
-    if (tile < t1)
+    for (; tile < t1; ++tile)
       for (int64_t n = 0; n < N; ++n)
-        lookup_tiles<1>(T + n * Q * nc, nc, gcodes + tile * Q * 8, Q, sc + tile * 8, yp + n * ldy + tile * 8);
+        lookup_tiles<1>(T + n * Q * nc, nc, w.tile_codes(grp, tile), Q, sc + tile * 8, yp + n * ldy + tile * 8);
   }
 }
 
@@ -96,34 +105,35 @@ void codebook_dequant_avx2(const CodebookWeights& w, const float* x, int64_t ldx
     const int64_t S = w.segs(grp), glen = S * v, k0 = grp * w.group, Q = S * m;
     const uint16_t* sc = w.scale + grp * w.Mt * 8;
     for (int64_t tile = t0; tile < t1; ++tile) {
-      const uint8_t* tc = w.group_codes(grp) + tile * Q * 8;
+      const uint8_t* tc = w.tile_codes(grp, tile);
+      constexpr int64_t PS = CodebookWeights::kPairStride;
       alignas(32) float s8[8];
       _mm256_store_ps(s8, scale8(sc + tile * 8));
       // dequantize: buf [8 rows][glen] = scale * sum_i C_i[code]
       for (int r = 0; r < 8; ++r) {
         float* row = buf + r * glen;
         for (int64_t sg = 0; sg < S; ++sg) {
-          const uint8_t* c = tc + sg * m * 8 + r;
+          const uint8_t* c = tc + sg * m * PS + r;
           if (v == 4 && sg + 1 < S) {  // two segments per 256-bit store (split stores stall the reload)
-            const uint8_t* c2 = c + m * 8;
+            const uint8_t* c2 = c + m * PS;
             __m256 a = _mm256_set_m128(_mm_loadu_ps(w.cb + c2[0] * 4), _mm_loadu_ps(w.cb + c[0] * 4));
             for (int64_t i = 1; i < m; ++i)
-              a = _mm256_add_ps(a, _mm256_set_m128(_mm_loadu_ps(w.cb + (i * nc + c2[i * 8]) * 4),
-                                                   _mm_loadu_ps(w.cb + (i * nc + c[i * 8]) * 4)));
+              a = _mm256_add_ps(a, _mm256_set_m128(_mm_loadu_ps(w.cb + (i * nc + c2[i * PS]) * 4),
+                                                   _mm_loadu_ps(w.cb + (i * nc + c[i * PS]) * 4)));
             _mm256_storeu_ps(row + sg * 4, _mm256_mul_ps(a, _mm256_set1_ps(s8[r])));
             ++sg;
           } else if (v == 4) {
             __m128 a = _mm_loadu_ps(w.cb + c[0] * 4);
-            for (int64_t i = 1; i < m; ++i) a = _mm_add_ps(a, _mm_loadu_ps(w.cb + (i * nc + c[i * 8]) * 4));
+            for (int64_t i = 1; i < m; ++i) a = _mm_add_ps(a, _mm_loadu_ps(w.cb + (i * nc + c[i * PS]) * 4));
             _mm_storeu_ps(row + sg * 4, _mm_mul_ps(a, _mm_set1_ps(s8[r])));
           } else if (v == 8) {
             __m256 a = _mm256_loadu_ps(w.cb + c[0] * 8);
-            for (int64_t i = 1; i < m; ++i) a = _mm256_add_ps(a, _mm256_loadu_ps(w.cb + (i * nc + c[i * 8]) * 8));
+            for (int64_t i = 1; i < m; ++i) a = _mm256_add_ps(a, _mm256_loadu_ps(w.cb + (i * nc + c[i * PS]) * 8));
             _mm256_storeu_ps(row + sg * 8, _mm256_mul_ps(a, _mm256_set1_ps(s8[r])));
           } else {
             for (int64_t d = 0; d < v; ++d) {
               float a = 0.f;
-              for (int64_t i = 0; i < m; ++i) a += w.cb[(i * nc + c[i * 8]) * v + d];
+              for (int64_t i = 0; i < m; ++i) a += w.cb[(i * nc + c[i * PS]) * v + d];
               row[sg * v + d] = s8[r] * a;
             }
           }

@@ -123,12 +123,12 @@ void codebook_psum_scalar(const CodebookWeights& w, const float* x, int64_t ldx,
     build_tables_scalar(w, x, ldx, N, grp, T);
     const uint16_t* sc = w.scale + grp * w.Mt * 8;
     for (int64_t tile = t0; tile < t1; ++tile) {
-      const uint8_t* tc = w.group_codes(grp) + tile * Q * 8;
+      const uint8_t* tc = w.tile_codes(grp, tile);
       for (int64_t n = 0; n < N; ++n) {
         const float* Tn = T + n * Q * w.nc;
         for (int r = 0; r < 8; ++r) {
           float acc = 0.f;
-          for (int64_t q = 0; q < Q; ++q) acc += Tn[q * w.nc + tc[q * 8 + r]];  // q = s*m + i
+          for (int64_t q = 0; q < Q; ++q) acc += Tn[q * w.nc + tc[q * CodebookWeights::kPairStride + r]];  // q = s*m + i
           yp[n * ldy + tile * 8 + r] += f16_to_f32(sc[tile * 8 + r]) * acc;
         }
       }
@@ -147,17 +147,22 @@ void codebook_dequant_scalar(const CodebookWeights& w, const float* x, int64_t l
     const int64_t S = w.segs(grp), glen = S * w.v, k0 = grp * w.group;
     const uint16_t* sc = w.scale + grp * w.Mt * R;
     for (int64_t tile = t0; tile < t1; ++tile) {
-      const uint8_t* tc = w.group_codes(grp) + tile * S * w.m * 8;  // [S*m][R]
+      const uint8_t* tc;  // pair q's R codes at tc + q * PS
+      int64_t PS;
       if (w.lut4()) {
         codebook_lut4_unpack(w.group_codes(grp) + tile * w.pairs_padded(grp) * 16, S * w.m, unpacked);
         tc = unpacked;
+        PS = R;
+      } else {
+        tc = w.tile_codes(grp, tile);
+        PS = CodebookWeights::kPairStride;
       }
       for (int64_t r = 0; r < R; ++r) {
         const float s = f16_to_f32(sc[tile * R + r]);
         for (int64_t sg = 0; sg < S; ++sg)
           for (int64_t d = 0; d < w.v; ++d) {
             float acc = 0.f;
-            for (int64_t i = 0; i < w.m; ++i) acc += w.cb[(i * w.nc + tc[(sg * w.m + i) * R + r]) * w.v + d];
+            for (int64_t i = 0; i < w.m; ++i) acc += w.cb[(i * w.nc + tc[(sg * w.m + i) * PS + r]) * w.v + d];
             buf[r * glen + sg * w.v + d] = s * acc;
           }
       }

@@ -78,7 +78,7 @@ CodebookWeights checked_codebook_weights(const char* fn, nb::handle hcodes, nb::
     fail(f + ": M must be positive and Kp a positive multiple of v (both at most 2^31)");
   if (!(group > 0 && group % v == 0)) fail(f + ": group must be a positive multiple of v");
   const int64_t tile = CodebookWeights::tile_rows(nc);
-  const int64_t Mt = (M + tile - 1) / tile, G = (Kp + group - 1) / group;
+  const int64_t Mt = CodebookWeights::tiles(M, nc), G = (Kp + group - 1) / group;
   CodebookWeights w{codes.data(), scale.data(), cbT.data(), cb.data(), M, Kp, group, m, v, nc, Mt, G};
   if (codes.shape(0) != (size_t)w.codes_bytes()) fail(f + ": packed codes have the wrong size for M, Kp, m, v, b");
   if (scale.shape(0) != (size_t)(G * Mt * tile)) fail(f + ": scales have the wrong size for M, Kp, group");

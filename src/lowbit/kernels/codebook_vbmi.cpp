@@ -1,0 +1,211 @@
+// codebook, b = 8: the Psumbook with int8 tables looked up 64 rows at a time by AVX-512 VBMI's vpermi2b (paper 004
+// on the CPU; the "a 256-entry table of int8 psums is four zmm registers"). Compiled with AVX-512 VBMI flags;
+// codebook_kernel picks it on the avx512 / amx levels where CPUID reports VBMI. Other b: codebook_psum_avx2.
+//
+// The packed layout's blocks of 64 rows ([G][Mt/8][S_g][m][64], codebook.h) give one 64-byte load per (segment,
+// codebook) pair and block: the 64 rows' codes of pair q = s*m + i. Per token and group the float tables T_q[c]
+// become int8 with codebook.h's per-pair power-of-two scales (codebook_lut4_scales, as b = 4):
+//     Tq_q[c] = round(T_q[c] * inv0 * 2^e_q),  y += s[r, grp] * d * sum_q 2^(E - e_q) Tq_q[code_q(r)],  d = mx/127/2^E
+// A lookup of 64 codes: vpmovb2m (bit 7 picks the half), two vpermi2b (entries 0-127 from T0:T1, 128-255 from
+// T2:T3), one byte blend. Two pairs' lookups are interleaved (vpunpck{l,h}bw) and added by vpmaddubsw with the pairs'
+// multipliers into int16 lanes; the scales' window bound keeps 256 pairs of sums within int16 (codebook.h), then
+// the sums go to float. The error against the exact product is the b = 4 kernel's: half a quantum per lookup.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "codebook.h"
+#include "common.h"
+
+namespace lowbit {
+namespace {
+
+inline __m512i lookup256(__m512i idx, const int8_t* T) {
+  const __m512i t0 = _mm512_load_si512(T), t1 = _mm512_load_si512(T + 64);
+  const __m512i t2 = _mm512_load_si512(T + 128), t3 = _mm512_load_si512(T + 192);
+  const __mmask64 high = _mm512_movepi8_mask(idx);
+  const __m512i lo = _mm512_permutex2var_epi8(t0, idx, t1), hi = _mm512_permutex2var_epi8(t2, idx, t3);
+  return _mm512_mask_blend_epi8(high, lo, hi);
+}
+
+struct VbmiScratch {
+  std::vector<float> mxq, invq;
+  std::vector<int8_t> tab_raw;                    // [N][Pp][256] from the first 64-byte boundary
+  int8_t* tab = nullptr;
+  std::vector<uint32_t> mult;                     // [N][Pp/2 + 4]
+  std::vector<float> d;                           // [N]
+};
+
+// T_q[c] = sum_t cb[t][c] * xs[t] for 16 entries c0..c0+15 (V: the vector length, 0: any v).
+template <int V>
+inline __m512 table16(const float* cb, int64_t v, const __m512* xb, const float* xs, int c0) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t t = 0; t < (V > 0 ? V : v); ++t)
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(cb + t * 256 + c0), V > 0 ? xb[t] : _mm512_set1_ps(xs[t]), acc);
+  return acc;
+}
+
+// One token's int8 tables of group grp, in two passes over the float tables that never store them (the stores of
+// 32 KiB of float tables a group, read back once, stalled half of the build): max |T_q| of every pair, the scales,
+// then the tables again, quantized.
+template <int V>
+float build_tables_v(const CodebookWeights& w, const float* xg, int64_t grp, VbmiScratch& s, int8_t* Tq, uint32_t* mult) {
+  const int64_t S = w.segs(grp), P = S * w.m, Pp = P + (P & 1);
+  __m512 xb[V > 0 ? V : 1];
+  float mx = 0.f;
+  for (int64_t q = 0; q < P; ++q) {
+    const int64_t seg = q / w.m, i = q % w.m;
+    const float* cb = w.cbT + i * w.v * 256;
+    const float* xs = xg + seg * w.v;
+    if constexpr (V > 0)
+      for (int t = 0; t < V; ++t) xb[t] = _mm512_set1_ps(xs[t]);
+    __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
+    for (int c = 0; c < 256; c += 32) {
+      m0 = _mm512_max_ps(m0, _mm512_abs_ps(table16<V>(cb, w.v, xb, xs, c)));
+      m1 = _mm512_max_ps(m1, _mm512_abs_ps(table16<V>(cb, w.v, xb, xs, c + 16)));
+    }
+    s.mxq[q] = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+    mx = std::max(mx, s.mxq[q]);
+  }
+  const int E = codebook_lut4_scales(s.mxq.data(), P, Pp, mx, s.invq.data(), mult);
+  // |T * inv| <= 127 by the scales' choice; cvtps rounds to nearest even (nearbyint); 64 entries: 4 conversions, two
+  // saturating packs (exact: |v| <= 127), and one dword permutation back from the packs' lane order
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (int64_t q = 0; q < P; ++q) {
+    const int64_t seg = q / w.m, i = q % w.m;
+    const float* cb = w.cbT + i * w.v * 256;
+    const float* xs = xg + seg * w.v;
+    if constexpr (V > 0)
+      for (int t = 0; t < V; ++t) xb[t] = _mm512_set1_ps(xs[t]);
+    const __m512 inv = _mm512_set1_ps(s.invq[q]);
+    for (int c = 0; c < 256; c += 64) {
+      __m512i r[4];
+      for (int k = 0; k < 4; ++k) r[k] = _mm512_cvtps_epi32(_mm512_mul_ps(table16<V>(cb, w.v, xb, xs, c + 16 * k), inv));
+      // lane l of the packs: r0[4l..4l+3], r1[..], r2[..], r3[..] as bytes: dword 4l + k = chunk k's entries 4l..4l+3
+      const __m512i packed = _mm512_packs_epi16(_mm512_packs_epi32(r[0], r[1]), _mm512_packs_epi32(r[2], r[3]));
+      _mm512_store_si512(Tq + q * 256 + c, _mm512_permutexvar_epi32(order, packed));
+    }
+  }
+  if (Pp > P) std::memset(Tq + P * 256, 0, 256);
+  return mx / 127.f / (float)(1u << E);
+}
+
+float build_tables(const CodebookWeights& w, const float* xg, int64_t grp, VbmiScratch& s, int8_t* Tq, uint32_t* mult) {
+  switch (w.v) {
+    case 4: return build_tables_v<4>(w, xg, grp, s, Tq, mult);
+    case 8: return build_tables_v<8>(w, xg, grp, s, Tq, mult);
+    default: return build_tables_v<0>(w, xg, grp, s, Tq, mult);
+  }
+}
+
+// acc16 lo / hi (rows in unpack order: lane l of lo = rows 16l..16l+7, of hi = 16l+8..16l+15) -> y[rows] +=
+// scale[row] * d * acc for the first `rows` (<= 64) rows.
+inline void flush(__m512i lo, __m512i hi, const uint16_t* sc, float d, float* y, int64_t rows) {
+  const __m512i a = _mm512_shuffle_i64x2(lo, hi, 0x44);  // [lo.l0, lo.l1, hi.l0, hi.l1]
+  const __m512i b = _mm512_shuffle_i64x2(lo, hi, 0xEE);  // [lo.l2, lo.l3, hi.l2, hi.l3]
+  const __m512i r0 = _mm512_shuffle_i64x2(a, a, 0xD8);   // [lo.l0, hi.l0, lo.l1, hi.l1]: rows 0..31
+  const __m512i r1 = _mm512_shuffle_i64x2(b, b, 0xD8);   // rows 32..63
+  const __m512i parts[2] = {r0, r1};
+  const __m512 vd = _mm512_set1_ps(d);
+  for (int h = 0; h < 4; ++h) {
+    const int64_t r = 16 * h;
+    if (r >= rows) break;
+    const __m256i half = h & 1 ? _mm512_extracti64x4_epi64(parts[h / 2], 1) : _mm512_castsi512_si256(parts[h / 2]);
+    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(half));
+    const __mmask16 k = rows - r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (rows - r)) - 1);
+    const __m512 s = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, sc + r));
+    const __m512 out = _mm512_fmadd_ps(_mm512_mul_ps(s, vd), v, _mm512_maskz_loadu_ps(k, y + r));
+    _mm512_mask_storeu_ps(y + r, k, out);
+  }
+}
+
+constexpr int64_t kPrefetchBlocks = 2;
+constexpr int kMaxTokens = 4;  // codebook_run hands the Psumbook at most 4 tokens a task
+
+// One block of 64 rows of one group, for NT tokens.
+struct Block {
+  const uint8_t* codes;  // the block's codes of the group: pair q's 64 rows at codes + q * 64
+  int64_t P;
+  const int8_t* tab;  // token n's tables at tab + n * tab_stride
+  int64_t tab_stride;
+  const uint32_t* mult;  // token n's multipliers at mult + n * mult_stride
+  int64_t mult_stride;
+  const float* d;
+  const uint16_t* sc;  // the block's scales
+  float* y;            // token n's sums at y + n * ldy
+  int64_t ldy;
+  const uint8_t* pf;  // the codes to prefetch meanwhile (kPrefetchBlocks blocks ahead), up to pf_end
+  const uint8_t* pf_end;
+};
+
+template <int NT>
+void run_block(const Block& b) {
+  __m512i lo[NT], hi[NT];
+  for (int n = 0; n < NT; ++n) lo[n] = hi[n] = _mm512_setzero_si512();
+  const int64_t P = b.P;
+  for (int64_t q = 0; q < P; q += 2) {
+    // the block's codes kPrefetchBlocks ahead into L2, a line per pair
+    if (const uint8_t* a = b.pf + q * 64; a < b.pf_end) {
+      _mm_prefetch((const char*)a, _MM_HINT_T2);
+      _mm_prefetch((const char*)a + 64, _MM_HINT_T2);
+    }
+    const bool pair = q + 1 < P;
+    const __m512i ca = _mm512_loadu_si512(b.codes + q * 64);
+    const __m512i cb = pair ? _mm512_loadu_si512(b.codes + q * 64 + 64) : _mm512_setzero_si512();
+    for (int n = 0; n < NT; ++n) {
+      const int8_t* T = b.tab + n * b.tab_stride + q * 256;
+      const __m512i la = lookup256(ca, T);
+      const __m512i lb = pair ? lookup256(cb, T + 256) : _mm512_setzero_si512();
+      const __m512i mq = _mm512_set1_epi32((int)b.mult[n * b.mult_stride + q / 2]);
+      lo[n] = _mm512_add_epi16(lo[n], _mm512_maddubs_epi16(mq, _mm512_unpacklo_epi8(la, lb)));
+      hi[n] = _mm512_add_epi16(hi[n], _mm512_maddubs_epi16(mq, _mm512_unpackhi_epi8(la, lb)));
+    }
+    if ((q + 2) % 256 == 0 && q + 2 < P) {  // the end of a window of 256 pairs: the int16 bound's limit
+      for (int n = 0; n < NT; ++n) {
+        flush(lo[n], hi[n], b.sc, b.d[n], b.y + n * b.ldy, 64);
+        lo[n] = hi[n] = _mm512_setzero_si512();
+      }
+    }
+  }
+  for (int n = 0; n < NT; ++n) flush(lo[n], hi[n], b.sc, b.d[n], b.y + n * b.ldy, 64);
+}
+
+}  // namespace
+
+void codebook_psum_vbmi(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0, int64_t g1,
+                        int64_t t0, int64_t t1, float* yp, int64_t ldy, float* scratch) {
+  if (w.nc != 256 || N > kMaxTokens) {
+    codebook_psum_avx2(w, x, ldx, N, g0, g1, t0, t1, yp, ldy, scratch);
+    return;
+  }
+  thread_local VbmiScratch s;
+  const int64_t Pf = w.segs_full() * w.m, Ppf = Pf + (Pf & 1), mstride = Ppf / 2 + 4;
+  s.mxq.resize(Ppf + 8);
+  s.invq.resize(Ppf + 8);
+  s.tab_raw.resize(N * Ppf * 256 + 64);
+  s.tab = s.tab_raw.data() + (-reinterpret_cast<uintptr_t>(s.tab_raw.data()) & 63);
+  s.mult.resize(N * mstride);
+  s.d.resize(N);
+  for (int64_t grp = g0; grp < g1; ++grp) {
+    const int64_t P = w.segs(grp) * w.m;
+    for (int64_t n = 0; n < N; ++n)
+      s.d[n] = build_tables(w, x + n * ldx + grp * w.group, grp, s, s.tab + n * Ppf * 256, s.mult.data() + n * mstride);
+    const uint8_t* gc = w.group_codes(grp);
+    const uint16_t* sc = w.scale + grp * w.Mt * 8;
+    for (int64_t tb = t0; tb < t1; tb += 8) {  // t0, t1 multiples of 8 (codebook_run): whole blocks of 64 rows
+      const Block b{w.tile_codes(grp, tb), P, s.tab, Ppf * 256, s.mult.data(), mstride, s.d.data(), sc + tb * 8,
+                    yp + tb * 8, ldy, w.tile_codes(grp, tb + 8 * kPrefetchBlocks), w.tile_codes(grp, t1)};
+      switch (N) {
+        case 1: run_block<1>(b); break;
+        case 2: run_block<2>(b); break;
+        case 3: run_block<3>(b); break;
+        default: run_block<4>(b); break;
+      }
+    }
+  }
+}
+
+}  // namespace lowbit
