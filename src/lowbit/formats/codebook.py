@@ -266,9 +266,10 @@ class CodebookWeight(PackedWeight):
         return self.matmul_kernel(acts.x, self.use_psum(acts.shape[0]))
 
     def use_psum(self, n_tokens: int) -> bool:
-        """The Psumbook up to PSUM_MAX_TOKENS tokens, dequantize-then-multiply above; b == 4 always the
-        Psumbook (register tables: cheaper per token than decoding m vectors per weight)."""
-        return self.b == 4 or n_tokens <= PSUM_MAX_TOKENS
+        """The Psumbook up to PSUM_MAX_TOKENS tokens, dequantize-then-multiply above; b == 4, and b == 8 on the
+        AVX-512 VBMI kernel, always the Psumbook (register tables: cheaper per token than decoding m vectors per
+        weight; kernels/codebook.h codebook_use_psum)."""
+        return self.b == 4 or n_tokens <= PSUM_MAX_TOKENS or (self.b == 8 and _native.codebook_vbmi_active())
 
     def state(self):
         meta = {"format": self.format, "M": self.shape[0], "K": self.shape[1], "m": self.m, "v": self.v, "b": self.b,

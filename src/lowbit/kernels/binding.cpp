@@ -349,6 +349,7 @@ NB_MODULE(_native, m) {
   m.doc() = "lowbit's C++ kernels: packed low-bit GEMV/GEMM, activation quantization, thread pool";
   m.def("set_isa", &set_isa, nb::arg("name"));
   m.def("isa", [] { return selected_isa(); });
+  m.def("codebook_vbmi_active", &codebook_vbmi_active);
   m.def("cpu_info", &cpu_info);
   m.def("set_threads", &set_threads, nb::arg("n"));
   m.def("get_threads", &pool_threads);

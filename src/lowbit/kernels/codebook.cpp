@@ -234,10 +234,14 @@ int64_t codebook_table_floats(const CodebookWeights& w, int64_t N) {
   return std::max<int64_t>(N * w.segs_full() * w.m * w.nc, 8 * w.group) + 64;
 }
 
-CodebookKernel codebook_kernel(bool psum, const char** name) {
+bool codebook_vbmi_active() {
   const std::string& isa = selected_isa();
-  const bool scalar = isa == "scalar";
-  if (psum && (isa == "avx512" || isa == "amx") && cpu_features().avx512vbmi) {
+  return (isa == "avx512" || isa == "amx") && cpu_features().avx512vbmi;
+}
+
+CodebookKernel codebook_kernel(bool psum, const char** name) {
+  const bool scalar = selected_isa() == "scalar";
+  if (psum && codebook_vbmi_active()) {
     if (name) *name = "avx512vbmi";
     return codebook_psum_vbmi;
   }

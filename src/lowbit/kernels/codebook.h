@@ -130,10 +130,15 @@ float codebook_lut4_tables_scalar(const CodebookWeights& w, const float* xg, int
 // a 32-row tile's nibble codes [Pp/2][32] -> bytes [P][32] (code of pair q, row j at [q][j])
 void codebook_lut4_unpack(const uint8_t* tc, int64_t P, uint8_t* out);
 
-// matmul's choice (formats/codebook.py use_psum): the Psumbook up to this many tokens, else dequantize; b == 4
-// always takes the Psumbook (its lookups cost less per token than decoding m codebook vectors per weight).
+// matmul's choice (formats/codebook.py use_psum): the Psumbook up to this many tokens, else dequantize; b == 4, and
+// b == 8 where the VBMI kernel runs, always take the Psumbook (their lookups cost less per token than decoding m
+// codebook vectors per weight: m1v4b8g128 4096x4096, 2 threads, VBMI Psumbook / dequantize at 16, 32, 64, 128 tokens:
+// 3.9 / 9.5, 5.0 / 17.1, 9.4 / 30.0, 20.1 / 53.4 ms).
 constexpr int64_t kCodebookPsumMaxTokens = 16;
-inline bool codebook_use_psum(const CodebookWeights& w, int64_t N) { return w.lut4() || N <= kCodebookPsumMaxTokens; }
+bool codebook_vbmi_active();  // the active ISA's Psumbook for b = 8 is codebook_psum_vbmi
+inline bool codebook_use_psum(const CodebookWeights& w, int64_t N) {
+  return w.lut4() || N <= kCodebookPsumMaxTokens || (w.nc == 256 && codebook_vbmi_active());
+}
 
 // The path for the active ISA ("scalar" -> the C++ twin, avx512 / amx with VBMI -> the VBMI Psumbook for b = 8, any
 // SIMD level -> AVX2). psum: the Psumbook kernel, else dequantize-then-multiply. name: the path chosen.
