@@ -10,9 +10,10 @@ from lowbit.formats.codebook import CodebookWeight, pack_codes, parse_spec, unpa
 from lowbit.formats.codebook_quant import fit_codebooks
 
 # (m, v, b, g, M, K): the paper's two settings, a ~3-bit one, small tables (b < 3 takes the non-SIMD table
-# build), v not a power of two, K not a multiple of v or g (a partial last group), M not a multiple of 8.
+# build), v not a power of two, K not a multiple of v or g (a partial last group), M not a multiple of 8, and
+# b = 8 with more than 4 blocks of 64 rows (the VBMI kernel's runs of 4 blocks and its tail).
 CASES = [(1, 4, 8, 128, 70, 300), (2, 8, 8, 128, 33, 256), (3, 8, 8, 64, 9, 200), (2, 3, 5, 12, 13, 37),
-         (1, 2, 2, 8, 5, 21), (1, 4, 6, 1024, 17, 96)]
+         (1, 2, 2, 8, 5, 21), (1, 4, 6, 1024, 17, 96), (1, 4, 8, 128, 333, 300), (2, 8, 8, 64, 300, 520)]
 
 
 def random_parts(rng, m, v, b, g, rows, k):

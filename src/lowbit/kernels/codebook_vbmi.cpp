@@ -23,13 +23,20 @@
 namespace lowbit {
 namespace {
 
-inline __m512i lookup256(__m512i idx, const int8_t* T) {
-  const __m512i t0 = _mm512_load_si512(T), t1 = _mm512_load_si512(T + 64);
-  const __m512i t2 = _mm512_load_si512(T + 128), t3 = _mm512_load_si512(T + 192);
+struct Table256 {
+  __m512i t0, t1, t2, t3;
+  explicit Table256(const int8_t* T)
+      : t0(_mm512_load_si512(T)), t1(_mm512_load_si512(T + 64)), t2(_mm512_load_si512(T + 128)),
+        t3(_mm512_load_si512(T + 192)) {}
+  Table256() : t0(_mm512_setzero_si512()), t1(t0), t2(t0), t3(t0) {}
+};
+
+inline __m512i lookup256(__m512i idx, const Table256& t) {
   const __mmask64 high = _mm512_movepi8_mask(idx);
-  const __m512i lo = _mm512_permutex2var_epi8(t0, idx, t1), hi = _mm512_permutex2var_epi8(t2, idx, t3);
+  const __m512i lo = _mm512_permutex2var_epi8(t.t0, idx, t.t1), hi = _mm512_permutex2var_epi8(t.t2, idx, t.t3);
   return _mm512_mask_blend_epi8(high, lo, hi);
 }
+
 
 struct VbmiScratch {
   std::vector<float> mxq, invq;
@@ -122,8 +129,8 @@ inline void flush(__m512i lo, __m512i hi, const uint16_t* sc, float d, float* y,
   }
 }
 
-constexpr int64_t kPrefetchBlocks = 2;
-constexpr int kMaxTokens = 4;  // codebook_run hands the Psumbook at most 4 tokens a task
+constexpr int64_t kPrefetchBlocks = 2;  // in runs of kBlocksATable blocks
+constexpr int kMaxTokens = 4;  // codebook_run hands the Psumbook at most 4 tokens a task (more: the AVX2 kernel)
 
 // One block of 64 rows of one group, for NT tokens.
 struct Block {
@@ -141,37 +148,47 @@ struct Block {
   const uint8_t* pf_end;
 };
 
-template <int NT>
-void run_block(const Block& b) {
-  __m512i lo[NT], hi[NT];
-  for (int n = 0; n < NT; ++n) lo[n] = hi[n] = _mm512_setzero_si512();
-  const int64_t P = b.P;
-  for (int64_t q = 0; q < P; q += 2) {
-    // the block's codes kPrefetchBlocks ahead into L2, a line per pair
-    if (const uint8_t* a = b.pf + q * 64; a < b.pf_end) {
-      _mm_prefetch((const char*)a, _MM_HINT_T2);
-      _mm_prefetch((const char*)a + 64, _MM_HINT_T2);
-    }
-    const bool pair = q + 1 < P;
-    const __m512i ca = _mm512_loadu_si512(b.codes + q * 64);
-    const __m512i cb = pair ? _mm512_loadu_si512(b.codes + q * 64 + 64) : _mm512_setzero_si512();
-    for (int n = 0; n < NT; ++n) {
-      const int8_t* T = b.tab + n * b.tab_stride + q * 256;
-      const __m512i la = lookup256(ca, T);
-      const __m512i lb = pair ? lookup256(cb, T + 256) : _mm512_setzero_si512();
-      const __m512i mq = _mm512_set1_epi32((int)b.mult[n * b.mult_stride + q / 2]);
-      lo[n] = _mm512_add_epi16(lo[n], _mm512_maddubs_epi16(mq, _mm512_unpacklo_epi8(la, lb)));
-      hi[n] = _mm512_add_epi16(hi[n], _mm512_maddubs_epi16(mq, _mm512_unpackhi_epi8(la, lb)));
-    }
-    if ((q + 2) % 256 == 0 && q + 2 < P) {  // the end of a window of 256 pairs: the int16 bound's limit
-      for (int n = 0; n < NT; ++n) {
-        flush(lo[n], hi[n], b.sc, b.d[n], b.y + n * b.ldy, 64);
-        lo[n] = hi[n] = _mm512_setzero_si512();
+// NB consecutive blocks of 64 rows (codes b.codes + j * P * 64, rows 64 j) of one group, token by token: a pair of
+// tables (8 zmm) is loaded once for the NB blocks' lookups (with NB = 1 each lookup loaded its four table registers:
+// as many loads as vpermi2b).
+template <int NB>
+void run_blocks(const Block& b, int64_t N) {
+  const int64_t P = b.P, bstride = P * 64;
+  for (int64_t n = 0; n < N; ++n) {
+    __m512i lo[NB], hi[NB];
+    for (int j = 0; j < NB; ++j) lo[j] = hi[j] = _mm512_setzero_si512();
+    const int8_t* Tn = b.tab + n * b.tab_stride;
+    auto flush_all = [&] {
+      for (int j = 0; j < NB; ++j) {
+        flush(lo[j], hi[j], b.sc + 64 * j, b.d[n], b.y + n * b.ldy + 64 * j, 64);
+        lo[j] = hi[j] = _mm512_setzero_si512();
       }
+    };
+    for (int64_t q = 0; q < P; q += 2) {
+      if (n == 0)  // the blocks' codes kPrefetchBlocks ahead into L2, a line per pair
+        for (int j = 0; j < NB; ++j)
+          if (const uint8_t* a = b.pf + j * bstride + q * 64; a < b.pf_end) {
+            _mm_prefetch((const char*)a, _MM_HINT_T2);
+            _mm_prefetch((const char*)a + 64, _MM_HINT_T2);
+          }
+      const bool pair = q + 1 < P;
+      const Table256 ta(Tn + q * 256);
+      const Table256 tb = pair ? Table256(Tn + q * 256 + 256) : Table256();
+      const __m512i mq = _mm512_set1_epi32((int)b.mult[n * b.mult_stride + q / 2]);
+      for (int j = 0; j < NB; ++j) {
+        const uint8_t* c = b.codes + j * bstride + q * 64;
+        const __m512i la = lookup256(_mm512_loadu_si512(c), ta);
+        const __m512i lb = pair ? lookup256(_mm512_loadu_si512(c + 64), tb) : _mm512_setzero_si512();
+        lo[j] = _mm512_add_epi16(lo[j], _mm512_maddubs_epi16(mq, _mm512_unpacklo_epi8(la, lb)));
+        hi[j] = _mm512_add_epi16(hi[j], _mm512_maddubs_epi16(mq, _mm512_unpackhi_epi8(la, lb)));
+      }
+      if ((q + 2) % 256 == 0 && q + 2 < P) flush_all();  // a window of 256 pairs: the int16 bound's limit
     }
+    flush_all();
   }
-  for (int n = 0; n < NT; ++n) flush(lo[n], hi[n], b.sc, b.d[n], b.y + n * b.ldy, 64);
 }
+
+constexpr int kBlocksATable = 4;
 
 }  // namespace
 
@@ -195,14 +212,16 @@ void codebook_psum_vbmi(const CodebookWeights& w, const float* x, int64_t ldx, i
       s.d[n] = build_tables(w, x + n * ldx + grp * w.group, grp, s, s.tab + n * Ppf * 256, s.mult.data() + n * mstride);
     const uint8_t* gc = w.group_codes(grp);
     const uint16_t* sc = w.scale + grp * w.Mt * 8;
-    for (int64_t tb = t0; tb < t1; tb += 8) {  // t0, t1 multiples of 8 (codebook_run): whole blocks of 64 rows
+    for (int64_t tb = t0; tb < t1;) {  // t0, t1 multiples of 8 (codebook_run): whole blocks of 64 rows
+      const bool full = t1 - tb >= 8 * kBlocksATable;
       const Block b{w.tile_codes(grp, tb), P, s.tab, Ppf * 256, s.mult.data(), mstride, s.d.data(), sc + tb * 8,
-                    yp + tb * 8, ldy, w.tile_codes(grp, tb + 8 * kPrefetchBlocks), w.tile_codes(grp, t1)};
-      switch (N) {
-        case 1: run_block<1>(b); break;
-        case 2: run_block<2>(b); break;
-        case 3: run_block<3>(b); break;
-        default: run_block<4>(b); break;
+                    yp + tb * 8, ldy, w.tile_codes(grp, tb + 8 * kBlocksATable * kPrefetchBlocks), w.tile_codes(grp, t1)};
+      if (full) {
+        run_blocks<kBlocksATable>(b, N);
+        tb += 8 * kBlocksATable;
+      } else {
+        run_blocks<1>(b, N);
+        tb += 8;
       }
     }
   }
