@@ -186,10 +186,31 @@ def lut4_scales(T):
     return inv, np.exp2(E - e), float(mx) / 127.0 / 2.0 ** E
 
 
+def int8_operand_tables(pw, xs):
+    """The VBMI kernel's tables from int8 operands (codebook_vbmi.cpp build_tables_i8, b = 8 with v = 4 or 8): the
+    codebooks int8 per codebook, one group's activations int8 per token, the integer dots scaled back, in the
+    kernel's float32 operations. xs [n, S_g, v] float32 -> T [n, S_g, m, nc] float32."""
+    f = np.float32
+    cb = pw._cb.astype(f)  # [m][nc][v]
+    cmx = np.abs(cb).reshape(pw.m, -1).max(axis=1)
+    cinv = np.where(cmx > 0, f(127) / np.where(cmx > 0, cmx, f(1)), f(0)).astype(f)
+    cbq = np.rint(cb * cinv[:, None, None]).astype(np.int64)
+    scb = (cmx / f(127)).astype(f)
+    xmx = np.abs(xs).reshape(xs.shape[0], -1).max(axis=1)
+    xinv = np.where(xmx > 0, f(127) / np.where(xmx > 0, xmx, f(1)), f(0)).astype(f)
+    xq = np.rint(xs * xinv[:, None, None]).astype(np.int64)
+    tint = np.einsum("icv,nsv->nsic", cbq, xq)
+    sc = ((xmx / f(127)).astype(f)[:, None] * scb[None, :]).astype(f)  # [n, m]
+    return (tint.astype(f) * sc[:, None, :, None]).astype(f)
+
+
 def int8_psum_reference(pw, x):
     """The int8-psum product in numpy (float32 tables quantized with the kernels' per-pair power-of-two scales,
     lut4_scales) and the error bound of the psum quantization: per output sum_grp |s[r, grp]| * sum_q quantum_q / 2,
-    quantum_q = d * mult_q; returns also the one-quantum-per-group slack of table entries at rounding ties."""
+    quantum_q = d * mult_q, plus, where the tables come from int8 operands (b = 8, v = 4 or 8: the VBMI kernel), their
+    entries' distance from the exact ones; returns also the one-quantum-per-group slack of table entries at rounding
+    ties."""
+    operands_i8 = pw.b == 8 and pw.v in (4, 8)
     n = x.shape[0]
     xp = pw.padded_input(x)
     idx = pw.unpacked_codes().astype(np.int64)  # [M, nseg, m]
@@ -203,6 +224,12 @@ def int8_psum_reference(pw, x):
         xs = xp[:, grp * pw.group:grp * pw.group + len(segs) * pw.v].reshape(n, len(segs), pw.v)
         T = np.einsum("icv,nsv->nsic", pw._cb, xs).astype(np.float32)  # [n, S_g, m, nc]
         sel = idx[:, segs.start:segs.stop]  # [M, S_g, m]
+        if operands_i8:
+            exact, T = T, int8_operand_tables(pw, xs.astype(np.float32))
+            for t in range(n):
+                for i in range(pw.m):
+                    dt = np.abs(T[t, :, i, :] - exact[t, :, i, :]).astype(np.float64)  # [S_g, nc]
+                    bound[t] += np.abs(s[:, grp]) * np.take_along_axis(dt[None], sel[:, :, i, None], axis=2)[..., 0].sum(axis=1)
         for t in range(n):
             inv, mult, d = lut4_scales(T[t].reshape(-1, pw.nc))
             Tq = (np.rint(T[t].reshape(-1, pw.nc) * inv[:, None]) * mult[:, None]).reshape(len(segs), pw.m, pw.nc)

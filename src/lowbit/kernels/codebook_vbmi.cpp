@@ -3,8 +3,9 @@
 // codebook_kernel picks it on the avx512 / amx levels where CPUID reports VBMI. Other b: codebook_psum_avx2.
 //
 // The packed layout's blocks of 64 rows ([G][Mt/8][S_g][m][64], codebook.h) give one 64-byte load per (segment,
-// codebook) pair and block: the 64 rows' codes of pair q = s*m + i. Per token and group the float tables T_q[c]
-// become int8 with codebook.h's per-pair power-of-two scales (codebook_lut4_scales, as b = 4):
+// codebook) pair and block: the 64 rows' codes of pair q = s*m + i. Per token and group the tables T_q[c] (for v = 4
+// and 8 from int8 codebooks and activations by vpdpbusd, build_tables_i8; else float FMAs) become int8 with
+// codebook.h's per-pair power-of-two scales (codebook_lut4_scales, as b = 4):
 //     Tq_q[c] = round(T_q[c] * inv0 * 2^e_q),  y += s[r, grp] * d * sum_q 2^(E - e_q) Tq_q[code_q(r)],  d = mx/127/2^E
 // A lookup of 64 codes: vpmovb2m (bit 7 picks the half), two vpermi2b (entries 0-127 from T0:T1, 128-255 from
 // T2:T3), one byte blend. Two pairs' lookups are interleaved (vpunpck{l,h}bw) and added by vpmaddubsw with the pairs'
@@ -40,7 +41,10 @@ inline __m512i lookup256(__m512i idx, const Table256& t) {
 
 
 struct VbmiScratch {
-  std::vector<float> mxq, invq;
+  std::vector<float> mxq, invq, scq, scb;
+  std::vector<int8_t> xq;
+  std::vector<uint8_t> cbu;  // int8_books
+  bool use_i8 = false;       // the call's codebooks were finite: int8 tables (build_tables_i8) for v = 4, 8
   std::vector<int8_t> tab_raw;                    // [N][Pp][256] from the first 64-byte boundary
   int8_t* tab = nullptr;
   std::vector<uint32_t> mult;                     // [N][Pp/2 + 4]
@@ -101,12 +105,113 @@ float build_tables_v(const CodebookWeights& w, const float* xg, int64_t grp, Vbm
   return mx / 127.f / (float)(1u << E);
 }
 
+// The same tables from int8 operands, for v = 4 and 8 (V / 4 vpdpbusd per 16 entries against the float build's V FMAs;
+// the build was ~20 % of a 4096x4096 GEMV and most of a 1024x4096 one). The codebooks are int8 per codebook
+// (int8_books: cbq = rint(cb * 127 / max|cb_i|), stored + 128 as u8 for vpdpbusd's unsigned operand), the group's
+// activations int8 per token (xq = rint(x * 127 / max|x_g|)); then T_q[c] = float(sum_t cbq xq) * (sx * scb_i), exact
+// integer dots and two float roundings, and the scales and quantization of the float build on those T. Tests emulate
+// it in numpy (tests/formats/test_codebook.py: int8_psum_reference).
+template <int V>
+float build_tables_i8(const CodebookWeights& w, const float* xg, float xmax, int64_t grp, VbmiScratch& s, int8_t* Tq,
+                      uint32_t* mult) {
+  static_assert(V % 4 == 0, "int8 tables take v a multiple of 4");
+  constexpr int NQ = V / 4;  // quads of a vector
+  const int64_t S = w.segs(grp), P = S * w.m, Pp = P + (P & 1);
+  const float inv_x = xmax > 0.f ? 127.f / xmax : 0.f, sx = xmax / 127.f;
+  s.xq.resize(S * V + 16);
+  const __m512 vi = _mm512_set1_ps(inv_x);
+  for (int64_t j = 0; j < S * V; j += 16) {  // S * V a multiple of 4; cvtps rounds to nearest even (rint)
+    const __mmask16 k = S * V - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (S * V - j)) - 1);
+    _mm_mask_storeu_epi8(s.xq.data() + j, k, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, xg + j), vi))));
+  }
+  // T_q's 256 int32 sums into r[16] (entries 16j..16j+15 in r[j])
+  auto sums = [&](int64_t q, __m512i* r) {
+    const int64_t seg = q / w.m, i = q % w.m;
+    const int8_t* xs = s.xq.data() + seg * V;
+    int32_t xd[NQ], corr = 0;
+    for (int k = 0; k < NQ; ++k) std::memcpy(&xd[k], xs + 4 * k, 4);
+    for (int t = 0; t < V; ++t) corr += 128 * xs[t];
+    const uint8_t* cb = s.cbu.data() + i * NQ * 1024;
+    const __m512i vc = _mm512_set1_epi32(corr);
+    for (int j = 0; j < 16; ++j) {
+      __m512i acc = _mm512_setzero_si512();
+      for (int k = 0; k < NQ; ++k)
+        acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(cb + k * 1024 + 64 * j), _mm512_set1_epi32(xd[k]));
+      r[j] = _mm512_sub_epi32(acc, vc);
+    }
+  };
+  float mx = 0.f;
+  __m512i r[16];
+  for (int64_t q = 0; q < P; ++q) {
+    sums(q, r);
+    __m512i m = _mm512_abs_epi32(r[0]);
+    for (int j = 1; j < 16; ++j) m = _mm512_max_epi32(m, _mm512_abs_epi32(r[j]));
+    s.scq[q] = sx * s.scb[q % w.m];
+    s.mxq[q] = (float)_mm512_reduce_max_epi32(m) * s.scq[q];
+    mx = std::max(mx, s.mxq[q]);
+  }
+  const int E = codebook_lut4_scales(s.mxq.data(), P, Pp, mx, s.invq.data(), mult);
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (int64_t q = 0; q < P; ++q) {
+    sums(q, r);
+    const __m512 sc = _mm512_set1_ps(s.scq[q]), inv = _mm512_set1_ps(s.invq[q]);
+    for (int c = 0; c < 16; c += 4) {
+      __m512i v[4];
+      for (int k = 0; k < 4; ++k)
+        v[k] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(r[c + k]), sc), inv));
+      const __m512i packed = _mm512_packs_epi16(_mm512_packs_epi32(v[0], v[1]), _mm512_packs_epi32(v[2], v[3]));
+      _mm512_store_si512(Tq + q * 256 + 16 * c, _mm512_permutexvar_epi32(order, packed));
+    }
+  }
+  if (Pp > P) std::memset(Tq + P * 256, 0, 256);
+  return mx / 127.f / (float)(1u << E);
+}
+
 float build_tables(const CodebookWeights& w, const float* xg, int64_t grp, VbmiScratch& s, int8_t* Tq, uint32_t* mult) {
+  if (s.use_i8) {
+    const int64_t n = w.segs(grp) * w.v;
+    __m512 m = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xg + j)));
+    float xmax = _mm512_reduce_max_ps(m);
+    for (; j < n; ++j) xmax = std::max(xmax, std::fabs(xg[j]));
+    if (std::isfinite(xmax))  // else the float build, which carries NaN / inf into the output
+      return w.v == 4 ? build_tables_i8<4>(w, xg, xmax, grp, s, Tq, mult) : build_tables_i8<8>(w, xg, xmax, grp, s, Tq, mult);
+  }
   switch (w.v) {
     case 4: return build_tables_v<4>(w, xg, grp, s, Tq, mult);
     case 8: return build_tables_v<8>(w, xg, grp, s, Tq, mult);
     default: return build_tables_v<0>(w, xg, grp, s, Tq, mult);
   }
+}
+
+// The codebooks as int8 for build_tables_i8: cbu [m][v/4][256][4] (entry c's quad of dims 4k..4k+3) = rint(cb *
+// 127 / max|cb_i|) + 128, scb [m] = max|cb_i| / 127. False where the codebooks hold a non-finite value.
+bool int8_books(const CodebookWeights& w, VbmiScratch& s) {
+  const int64_t nq = w.v / 4;
+  s.cbu.resize(w.m * nq * 1024 + 64);
+  s.scb.resize(w.m);
+  for (int64_t i = 0; i < w.m; ++i) {
+    const float* cb = w.cb + i * 256 * w.v;  // [nc][v], 256 * v a multiple of 16
+    __m512 m = _mm512_setzero_ps();
+    for (int64_t j = 0; j < 256 * w.v; j += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(cb + j)));
+    const float mx = _mm512_reduce_max_ps(m);
+    if (!std::isfinite(mx)) return false;
+    const float inv = mx > 0.f ? 127.f / mx : 0.f;
+    s.scb[i] = mx / 127.f;
+    // [nc][v] in the centroids' order, + 128 (cvtps: round to nearest even, rint), then each quad to its place
+    uint8_t* u = s.cbu.data() + i * nq * 1024;
+    uint8_t tmp[256 * 8];
+    const __m512 vi = _mm512_set1_ps(inv);
+    const __m128i off = _mm_set1_epi8((char)128);
+    for (int64_t j = 0; j < 256 * w.v; j += 16)
+      _mm_storeu_si128((__m128i*)(nq == 1 ? u + j : tmp + j),
+                       _mm_add_epi8(_mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(cb + j), vi))), off));
+    if (nq > 1)
+      for (int64_t c = 0; c < 256; ++c)
+        for (int64_t k = 0; k < nq; ++k) std::memcpy(u + (k * 256 + c) * 4, tmp + c * w.v + 4 * k, 4);
+  }
+  return true;
 }
 
 // acc16 lo / hi (rows in unpack order: lane l of lo = rows 16l..16l+7, of hi = 16l+8..16l+15) -> y[rows] +=
@@ -211,6 +316,8 @@ void codebook_psum_vbmi(const CodebookWeights& w, const float* x, int64_t ldx, i
   const int64_t Pf = w.segs_full() * w.m, Ppf = Pf + (Pf & 1), mstride = Ppf / 2 + 4;
   s.mxq.resize(Ppf + 8);
   s.invq.resize(Ppf + 8);
+  s.scq.resize(Ppf + 8);
+  s.use_i8 = (w.v == 4 || w.v == 8) && int8_books(w, s);
   s.tab_raw.resize(N * Ppf * 256 + 64);
   s.tab = s.tab_raw.data() + (-reinterpret_cast<uintptr_t>(s.tab_raw.data()) & 63);
   s.mult.resize(N * mstride);
