@@ -186,31 +186,33 @@ def lut4_scales(T):
     return inv, np.exp2(E - e), float(mx) / 127.0 / 2.0 ** E
 
 
-def int8_operand_tables(pw, xs):
-    """The VBMI kernel's tables from int8 operands (codebook_vbmi.cpp build_tables_i8, b = 8 with v = 4 or 8): the
-    codebooks int8 per codebook, one group's activations int8 per token, the integer dots scaled back, in the
-    kernel's float32 operations. xs [n, S_g, v] float32 -> T [n, S_g, m, nc] float32."""
+def int16_operand_tables(pw, xs):
+    """The VBMI kernel's tables from int16 operands (codebook_vbmi.cpp build_tables_i16, b = 8 with v = 4 or 8): the
+    codebooks int16 per codebook, each segment's activations int16 on their own scale (both on kQ = 16383 steps),
+    the integer dots scaled back, in the kernel's float32 operations. xs [n, S_g, v] float32 -> T [n, S_g, m, nc]."""
     f = np.float32
+    kq = f(16383)
     cb = pw._cb.astype(f)  # [m][nc][v]
     cmx = np.abs(cb).reshape(pw.m, -1).max(axis=1)
-    cinv = np.where(cmx > 0, f(127) / np.where(cmx > 0, cmx, f(1)), f(0)).astype(f)
+    cinv = np.where(cmx > 0, kq / np.where(cmx > 0, cmx, f(1)), f(0)).astype(f)
     cbq = np.rint(cb * cinv[:, None, None]).astype(np.int64)
-    scb = (cmx / f(127)).astype(f)
-    xmx = np.abs(xs).reshape(xs.shape[0], -1).max(axis=1)
-    xinv = np.where(xmx > 0, f(127) / np.where(xmx > 0, xmx, f(1)), f(0)).astype(f)
-    xq = np.rint(xs * xinv[:, None, None]).astype(np.int64)
+    scb = (cmx / kq).astype(f)
+    xmx = np.abs(xs).max(axis=2)  # [n, S_g]: one scale a segment
+    xinv = np.where(xmx > 0, kq / np.where(xmx > 0, xmx, f(1)), f(0)).astype(f)
+    xq = np.rint(xs * xinv[:, :, None]).astype(np.int64)
     tint = np.einsum("icv,nsv->nsic", cbq, xq)
-    sc = ((xmx / f(127)).astype(f)[:, None] * scb[None, :]).astype(f)  # [n, m]
-    return (tint.astype(f) * sc[:, None, :, None]).astype(f)
+    assert np.abs(tint).max(initial=0) < 2 ** 31
+    sc = ((xmx / kq).astype(f)[:, :, None] * scb[None, None, :]).astype(f)  # [n, S_g, m]
+    return (tint.astype(f) * sc[..., None]).astype(f)
 
 
 def int8_psum_reference(pw, x):
     """The int8-psum product in numpy (float32 tables quantized with the kernels' per-pair power-of-two scales,
     lut4_scales) and the error bound of the psum quantization: per output sum_grp |s[r, grp]| * sum_q quantum_q / 2,
-    quantum_q = d * mult_q, plus, where the tables come from int8 operands (b = 8, v = 4 or 8: the VBMI kernel), their
+    quantum_q = d * mult_q, plus, where the tables come from int16 operands (b = 8, v = 4 or 8: the VBMI kernel), their
     entries' distance from the exact ones; returns also the one-quantum-per-group slack of table entries at rounding
     ties."""
-    operands_i8 = pw.b == 8 and pw.v in (4, 8)
+    operands_i16 = pw.b == 8 and pw.v in (4, 8)
     n = x.shape[0]
     xp = pw.padded_input(x)
     idx = pw.unpacked_codes().astype(np.int64)  # [M, nseg, m]
@@ -224,8 +226,8 @@ def int8_psum_reference(pw, x):
         xs = xp[:, grp * pw.group:grp * pw.group + len(segs) * pw.v].reshape(n, len(segs), pw.v)
         T = np.einsum("icv,nsv->nsic", pw._cb, xs).astype(np.float32)  # [n, S_g, m, nc]
         sel = idx[:, segs.start:segs.stop]  # [M, S_g, m]
-        if operands_i8:
-            exact, T = T, int8_operand_tables(pw, xs.astype(np.float32))
+        if operands_i16:
+            exact, T = T, int16_operand_tables(pw, xs.astype(np.float32))
             for t in range(n):
                 for i in range(pw.m):
                     dt = np.abs(T[t, :, i, :] - exact[t, :, i, :]).astype(np.float64)  # [S_g, nc]

@@ -4,7 +4,7 @@
 //
 // The packed layout's blocks of 64 rows ([G][Mt/8][S_g][m][64], codebook.h) give one 64-byte load per (segment,
 // codebook) pair and block: the 64 rows' codes of pair q = s*m + i. Per token and group the tables T_q[c] (for v = 4
-// and 8 from int8 codebooks and activations by vpdpbusd, build_tables_i8; else float FMAs) become int8 with
+// and 8 from int16 codebooks and activations by vpdpwssd, build_tables_i16; else float FMAs) become int8 with
 // codebook.h's per-pair power-of-two scales (codebook_lut4_scales, as b = 4):
 //     Tq_q[c] = round(T_q[c] * inv0 * 2^e_q),  y += s[r, grp] * d * sum_q 2^(E - e_q) Tq_q[code_q(r)],  d = mx/127/2^E
 // A lookup of 64 codes: vpmovb2m (bit 7 picks the half), two vpermi2b (entries 0-127 from T0:T1, 128-255 from
@@ -41,10 +41,9 @@ inline __m512i lookup256(__m512i idx, const Table256& t) {
 
 
 struct VbmiScratch {
-  std::vector<float> mxq, invq, scq, scb;
-  std::vector<int8_t> xq;
-  std::vector<uint8_t> cbu;  // int8_books
-  bool use_i8 = false;       // the call's codebooks were finite: int8 tables (build_tables_i8) for v = 4, 8
+  std::vector<float> mxq, invq, scq, scb, sxs;
+  std::vector<int16_t> xq, cbq;  // build_tables_i16, int16_books
+  bool use_i16 = false;           // the call's codebooks are finite: tables from int16 operands for v = 4, 8
   std::vector<int8_t> tab_raw;                    // [N][Pp][256] from the first 64-byte boundary
   int8_t* tab = nullptr;
   std::vector<uint32_t> mult;                     // [N][Pp/2 + 4]
@@ -105,39 +104,50 @@ float build_tables_v(const CodebookWeights& w, const float* xg, int64_t grp, Vbm
   return mx / 127.f / (float)(1u << E);
 }
 
-// The same tables from int8 operands, for v = 4 and 8 (V / 4 vpdpbusd per 16 entries against the float build's V FMAs;
-// the build was ~20 % of a 4096x4096 GEMV and most of a 1024x4096 one). The codebooks are int8 per codebook
-// (int8_books: cbq = rint(cb * 127 / max|cb_i|), stored + 128 as u8 for vpdpbusd's unsigned operand), the group's
-// activations int8 per token (xq = rint(x * 127 / max|x_g|)); then T_q[c] = float(sum_t cbq xq) * (sx * scb_i), exact
-// integer dots and two float roundings, and the scales and quantization of the float build on those T. Tests emulate
-// it in numpy (tests/formats/test_codebook.py: int8_psum_reference).
+// The same tables from int16 operands, for v = 4 and 8 (V / 2 vpdpwssd per 16 entries against the float build's V
+// FMAs; the build was ~20 % of a 4096x4096 GEMV and most of a 1024x4096 one). The codebooks are int16 per codebook
+// (int16_books: cbq = rint(cb * kQ / max|cb_i|)), each segment's activations int16 on its own scale (xq = rint(x * kQ /
+// max|x_s|)); then T_q[c] = float(sum_t cbq xq) * (sx_s * scb_i): exact integer dots (|sum| <= 8 kQ^2 < 2^31), the
+// int32 -> float rounding and two float products, and the scales and quantization of the float build on those T.
+// (int8 codebooks, vpdpbusd: 1 % error in the centroids, shared by every weight that uses one, cost 3.3 % perplexity
+// on SmolLM2-135M m1v4b8g128; these match the float tables.) Tests emulate it in numpy (tests/formats/
+// test_codebook.py: int16_operand_tables).
+constexpr float kQ = 16383.f;
 template <int V>
-float build_tables_i8(const CodebookWeights& w, const float* xg, float xmax, int64_t grp, VbmiScratch& s, int8_t* Tq,
-                      uint32_t* mult) {
-  static_assert(V % 4 == 0, "int8 tables take v a multiple of 4");
-  constexpr int NQ = V / 4;  // quads of a vector
+float build_tables_i16(const CodebookWeights& w, const float* xg, int64_t grp, VbmiScratch& s, int8_t* Tq,
+                       uint32_t* mult) {
+  static_assert(V == 4 || V == 8, "int16 tables take v = 4 or 8");
+  constexpr int NP = V / 2;  // dim pairs of a vector
   const int64_t S = w.segs(grp), P = S * w.m, Pp = P + (P & 1);
-  const float inv_x = xmax > 0.f ? 127.f / xmax : 0.f, sx = xmax / 127.f;
+  // each segment's max in all its lanes after the in-lane shuffles; 16 lanes = 16 / V segments a step (S * V a
+  // multiple of 16 but for a partial last group)
   s.xq.resize(S * V + 16);
-  const __m512 vi = _mm512_set1_ps(inv_x);
-  for (int64_t j = 0; j < S * V; j += 16) {  // S * V a multiple of 4; cvtps rounds to nearest even (rint)
+  s.sxs.resize(S + 4);
+  const __m512 rq = _mm512_set1_ps(kQ);
+  for (int64_t j = 0; j < S * V; j += 16) {
     const __mmask16 k = S * V - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (S * V - j)) - 1);
-    _mm_mask_storeu_epi8(s.xq.data() + j, k, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, xg + j), vi))));
+    const __m512 xv = _mm512_maskz_loadu_ps(k, xg + j);
+    __m512 m = _mm512_abs_ps(xv);
+    m = _mm512_max_ps(m, _mm512_permute_ps(m, 0xB1));  // pairs
+    m = _mm512_max_ps(m, _mm512_permute_ps(m, 0x4E));  // quads: a 128-bit lane
+    if constexpr (V == 8) m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, 0xB1));  // 256-bit halves
+    const __mmask16 pos = _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ);
+    const __m512 inv = _mm512_maskz_div_ps(pos, rq, m);
+    _mm256_mask_storeu_epi16(s.xq.data() + j, k, _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(xv, inv))));
+    _mm512_mask_compressstoreu_ps(s.sxs.data() + j / V, V == 4 ? (__mmask16)0x1111 : (__mmask16)0x0101,
+                                  _mm512_div_ps(m, rq));
   }
   // T_q's 256 int32 sums into r[16] (entries 16j..16j+15 in r[j])
   auto sums = [&](int64_t q, __m512i* r) {
     const int64_t seg = q / w.m, i = q % w.m;
-    const int8_t* xs = s.xq.data() + seg * V;
-    int32_t xd[NQ], corr = 0;
-    for (int k = 0; k < NQ; ++k) std::memcpy(&xd[k], xs + 4 * k, 4);
-    for (int t = 0; t < V; ++t) corr += 128 * xs[t];
-    const uint8_t* cb = s.cbu.data() + i * NQ * 1024;
-    const __m512i vc = _mm512_set1_epi32(corr);
+    int32_t xd[NP];
+    std::memcpy(xd, s.xq.data() + seg * V, 4 * NP);
+    const int16_t* cb = s.cbq.data() + i * NP * 512;
     for (int j = 0; j < 16; ++j) {
       __m512i acc = _mm512_setzero_si512();
-      for (int k = 0; k < NQ; ++k)
-        acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(cb + k * 1024 + 64 * j), _mm512_set1_epi32(xd[k]));
-      r[j] = _mm512_sub_epi32(acc, vc);
+      for (int k = 0; k < NP; ++k)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_loadu_si512(cb + k * 512 + 32 * j), _mm512_set1_epi32(xd[k]));
+      r[j] = acc;
     }
   };
   float mx = 0.f;
@@ -146,7 +156,7 @@ float build_tables_i8(const CodebookWeights& w, const float* xg, float xmax, int
     sums(q, r);
     __m512i m = _mm512_abs_epi32(r[0]);
     for (int j = 1; j < 16; ++j) m = _mm512_max_epi32(m, _mm512_abs_epi32(r[j]));
-    s.scq[q] = sx * s.scb[q % w.m];
+    s.scq[q] = s.sxs[q / w.m] * s.scb[q % w.m];
     s.mxq[q] = (float)_mm512_reduce_max_epi32(m) * s.scq[q];
     mx = std::max(mx, s.mxq[q]);
   }
@@ -168,15 +178,15 @@ float build_tables_i8(const CodebookWeights& w, const float* xg, float xmax, int
 }
 
 float build_tables(const CodebookWeights& w, const float* xg, int64_t grp, VbmiScratch& s, int8_t* Tq, uint32_t* mult) {
-  if (s.use_i8) {
+  if (s.use_i16) {
     const int64_t n = w.segs(grp) * w.v;
     __m512 m = _mm512_setzero_ps();
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xg + j)));
-    float xmax = _mm512_reduce_max_ps(m);
-    for (; j < n; ++j) xmax = std::max(xmax, std::fabs(xg[j]));
-    if (std::isfinite(xmax))  // else the float build, which carries NaN / inf into the output
-      return w.v == 4 ? build_tables_i8<4>(w, xg, xmax, grp, s, Tq, mult) : build_tables_i8<8>(w, xg, xmax, grp, s, Tq, mult);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+      m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(k, xg + j)));
+    }
+    if (std::isfinite(_mm512_reduce_max_ps(m)))  // else the float build, which carries NaN / inf into the output
+      return w.v == 4 ? build_tables_i16<4>(w, xg, grp, s, Tq, mult) : build_tables_i16<8>(w, xg, grp, s, Tq, mult);
   }
   switch (w.v) {
     case 4: return build_tables_v<4>(w, xg, grp, s, Tq, mult);
@@ -185,11 +195,11 @@ float build_tables(const CodebookWeights& w, const float* xg, int64_t grp, VbmiS
   }
 }
 
-// The codebooks as int8 for build_tables_i8: cbu [m][v/4][256][4] (entry c's quad of dims 4k..4k+3) = rint(cb *
-// 127 / max|cb_i|) + 128, scb [m] = max|cb_i| / 127. False where the codebooks hold a non-finite value.
-bool int8_books(const CodebookWeights& w, VbmiScratch& s) {
-  const int64_t nq = w.v / 4;
-  s.cbu.resize(w.m * nq * 1024 + 64);
+// The codebooks as int16 for build_tables_i16: cbq [m][v/2][256][2] (entry c's pair of dims 2k, 2k+1) = rint(cb *
+// kQ / max|cb_i|), scb [m] = max|cb_i| / kQ. False where the codebooks hold a non-finite value.
+bool int16_books(const CodebookWeights& w, VbmiScratch& s) {
+  const int64_t np = w.v / 2;
+  s.cbq.resize(w.m * np * 512 + 32);
   s.scb.resize(w.m);
   for (int64_t i = 0; i < w.m; ++i) {
     const float* cb = w.cb + i * 256 * w.v;  // [nc][v], 256 * v a multiple of 16
@@ -197,19 +207,16 @@ bool int8_books(const CodebookWeights& w, VbmiScratch& s) {
     for (int64_t j = 0; j < 256 * w.v; j += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(cb + j)));
     const float mx = _mm512_reduce_max_ps(m);
     if (!std::isfinite(mx)) return false;
-    const float inv = mx > 0.f ? 127.f / mx : 0.f;
-    s.scb[i] = mx / 127.f;
-    // [nc][v] in the centroids' order, + 128 (cvtps: round to nearest even, rint), then each quad to its place
-    uint8_t* u = s.cbu.data() + i * nq * 1024;
-    uint8_t tmp[256 * 8];
+    const float inv = mx > 0.f ? kQ / mx : 0.f;
+    s.scb[i] = mx / kQ;
+    // [nc][v] in the centroids' order (cvtps: round to nearest even, rint), then each pair of dims to its place
+    int16_t* u = s.cbq.data() + i * np * 512;
+    int16_t tmp[256 * 8];
     const __m512 vi = _mm512_set1_ps(inv);
-    const __m128i off = _mm_set1_epi8((char)128);
     for (int64_t j = 0; j < 256 * w.v; j += 16)
-      _mm_storeu_si128((__m128i*)(nq == 1 ? u + j : tmp + j),
-                       _mm_add_epi8(_mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(cb + j), vi))), off));
-    if (nq > 1)
-      for (int64_t c = 0; c < 256; ++c)
-        for (int64_t k = 0; k < nq; ++k) std::memcpy(u + (k * 256 + c) * 4, tmp + c * w.v + 4 * k, 4);
+      _mm256_storeu_si256((__m256i*)(tmp + j), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(cb + j), vi))));
+    for (int64_t c = 0; c < 256; ++c)
+      for (int64_t k = 0; k < np; ++k) std::memcpy(u + (k * 256 + c) * 2, tmp + c * w.v + 2 * k, 4);
   }
   return true;
 }
@@ -317,7 +324,7 @@ void codebook_psum_vbmi(const CodebookWeights& w, const float* x, int64_t ldx, i
   s.mxq.resize(Ppf + 8);
   s.invq.resize(Ppf + 8);
   s.scq.resize(Ppf + 8);
-  s.use_i8 = (w.v == 4 || w.v == 8) && int8_books(w, s);
+  s.use_i16 = (w.v == 4 || w.v == 8) && int16_books(w, s);
   s.tab_raw.resize(N * Ppf * 256 + 64);
   s.tab = s.tab_raw.data() + (-reinterpret_cast<uintptr_t>(s.tab_raw.data()) & 63);
   s.mult.resize(N * mstride);
