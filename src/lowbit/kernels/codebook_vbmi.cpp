@@ -59,6 +59,14 @@ inline __m512 table16(const float* cb, int64_t v, const __m512* xb, const float*
   return acc;
 }
 
+// 64 table entries as int32 (r[k]: entries 16k..16k+15, |v| <= 127) -> 64 int8 at dst: two saturating packs (exact)
+// and one dword permutation back from the packs' lane order (lane l: r0[4l..4l+3], r1[..], r2[..], r3[..] as bytes)
+inline void store_entries64(int8_t* dst, const __m512i* r) {
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i packed = _mm512_packs_epi16(_mm512_packs_epi32(r[0], r[1]), _mm512_packs_epi32(r[2], r[3]));
+  _mm512_store_si512(dst, _mm512_permutexvar_epi32(order, packed));
+}
+
 // One token's int8 tables of group grp, in two passes over the float tables that never store them (the stores of
 // 32 KiB of float tables a group, read back once, stalled half of the build): max |T_q| of every pair, the scales,
 // then the tables again, quantized.
@@ -66,13 +74,17 @@ template <int V>
 float build_tables_v(const CodebookWeights& w, const float* xg, int64_t grp, VbmiScratch& s, int8_t* Tq, uint32_t* mult) {
   const int64_t S = w.segs(grp), P = S * w.m, Pp = P + (P & 1);
   __m512 xb[V > 0 ? V : 1];
-  float mx = 0.f;
-  for (int64_t q = 0; q < P; ++q) {
-    const int64_t seg = q / w.m, i = q % w.m;
-    const float* cb = w.cbT + i * w.v * 256;
-    const float* xs = xg + seg * w.v;
+  // pair q's codebook and inputs (broadcast into xb when V is fixed)
+  auto pair = [&](int64_t q, const float*& cb, const float*& xs) {
+    cb = w.cbT + (q % w.m) * w.v * 256;
+    xs = xg + (q / w.m) * w.v;
     if constexpr (V > 0)
       for (int t = 0; t < V; ++t) xb[t] = _mm512_set1_ps(xs[t]);
+  };
+  const float *cb, *xs;
+  float mx = 0.f;
+  for (int64_t q = 0; q < P; ++q) {
+    pair(q, cb, xs);
     __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
     for (int c = 0; c < 256; c += 32) {
       m0 = _mm512_max_ps(m0, _mm512_abs_ps(table16<V>(cb, w.v, xb, xs, c)));
@@ -82,22 +94,14 @@ float build_tables_v(const CodebookWeights& w, const float* xg, int64_t grp, Vbm
     mx = std::max(mx, s.mxq[q]);
   }
   const int E = codebook_lut4_scales(s.mxq.data(), P, Pp, mx, s.invq.data(), mult);
-  // |T * inv| <= 127 by the scales' choice; cvtps rounds to nearest even (nearbyint); 64 entries: 4 conversions, two
-  // saturating packs (exact: |v| <= 127), and one dword permutation back from the packs' lane order
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  // |T * inv| <= 127 by the scales' choice; cvtps rounds to nearest even (nearbyint)
   for (int64_t q = 0; q < P; ++q) {
-    const int64_t seg = q / w.m, i = q % w.m;
-    const float* cb = w.cbT + i * w.v * 256;
-    const float* xs = xg + seg * w.v;
-    if constexpr (V > 0)
-      for (int t = 0; t < V; ++t) xb[t] = _mm512_set1_ps(xs[t]);
+    pair(q, cb, xs);
     const __m512 inv = _mm512_set1_ps(s.invq[q]);
     for (int c = 0; c < 256; c += 64) {
       __m512i r[4];
       for (int k = 0; k < 4; ++k) r[k] = _mm512_cvtps_epi32(_mm512_mul_ps(table16<V>(cb, w.v, xb, xs, c + 16 * k), inv));
-      // lane l of the packs: r0[4l..4l+3], r1[..], r2[..], r3[..] as bytes: dword 4l + k = chunk k's entries 4l..4l+3
-      const __m512i packed = _mm512_packs_epi16(_mm512_packs_epi32(r[0], r[1]), _mm512_packs_epi32(r[2], r[3]));
-      _mm512_store_si512(Tq + q * 256 + c, _mm512_permutexvar_epi32(order, packed));
+      store_entries64(Tq + q * 256 + c, r);
     }
   }
   if (Pp > P) std::memset(Tq + P * 256, 0, 256);
@@ -161,7 +165,6 @@ float build_tables_i16(const CodebookWeights& w, const float* xg, int64_t grp, V
     mx = std::max(mx, s.mxq[q]);
   }
   const int E = codebook_lut4_scales(s.mxq.data(), P, Pp, mx, s.invq.data(), mult);
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   for (int64_t q = 0; q < P; ++q) {
     sums(q, r);
     const __m512 sc = _mm512_set1_ps(s.scq[q]), inv = _mm512_set1_ps(s.invq[q]);
@@ -169,8 +172,7 @@ float build_tables_i16(const CodebookWeights& w, const float* xg, int64_t grp, V
       __m512i v[4];
       for (int k = 0; k < 4; ++k)
         v[k] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(r[c + k]), sc), inv));
-      const __m512i packed = _mm512_packs_epi16(_mm512_packs_epi32(v[0], v[1]), _mm512_packs_epi32(v[2], v[3]));
-      _mm512_store_si512(Tq + q * 256 + 16 * c, _mm512_permutexvar_epi32(order, packed));
+      store_entries64(Tq + q * 256 + 16 * c, v);
     }
   }
   if (Pp > P) std::memset(Tq + P * 256, 0, 256);
