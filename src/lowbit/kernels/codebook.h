@@ -40,6 +40,7 @@
 // more than the single-scale bound sum_grp |s[r, grp]| * P_grp * (mx / 127) / 2.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 namespace lowbit {
 
@@ -104,6 +105,21 @@ void codebook_lut4_dequant_avx2(const CodebookWeights&, const float*, int64_t, i
 // the per-pair scales above: mxq [P] -> invq [P] (inv0 * 2^e_q), mult [Pp/2] (code vector p: bytes mult_2p,
 // mult_2p+1, mult_2p, mult_2p+1; the pad pair's 1); returns E (shared by the AVX2 kernel and its scalar twin)
 int codebook_lut4_scales(const float* mxq, int64_t P, int64_t Pp, float mx, float* invq, uint32_t* mult);
+// Whether x[0..n) holds a NaN or an infinity (an integer test of the exponent fields, which vectorizes). The int8
+// table builds check a group's inputs (or float tables) with it and then return codebook_nonfinite_tables: NaN as the
+// unit d, so that token's outputs become NaN as the float paths' do; else the non-finite values vanished in the int8
+// rounding and the output looked plausible.
+inline bool codebook_nonfinite(const float* x, int64_t n) {
+  uint32_t any = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, x + i, 4);
+    any |= (~b & 0x7f800000u) == 0;
+  }
+  return any != 0;
+}
+// Zero tables Tq [Pp][nc] and unit multipliers mult [Pp/2] (the lookups stay valid); returns a NaN d.
+float codebook_nonfinite_tables(int64_t Pp, int64_t nc, int8_t* Tq, uint32_t* mult);
 // a kernel's scratch for N tokens' tables (codebook_table_floats): tabs [N][ppf][16] int8, mults [N][ppf/2],
 // d [N], float tables tf [ppf][16], mxq [ppf], invq [ppf]
 struct Lut4Scratch {

@@ -153,6 +153,7 @@ int lut4_scales_avx2(float* mxq, int64_t P, int64_t Pp, float mx, float* invq, u
 float finish_tables_lut4(const CodebookWeights& w, int64_t grp, const float* tf, float* mxq, float* invq, int8_t* Tq,
                          uint32_t* mult) {
   const int64_t P = w.segs(grp) * w.m, Pp = w.pairs_padded(grp);
+  if (codebook_nonfinite(tf, P * 16)) return codebook_nonfinite_tables(Pp, 16, Tq, mult);
   const __m256 amax = pair_maxima(tf, P, mxq);
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "codebook.h"
 #include "common.h"
@@ -42,6 +43,12 @@ int codebook_lut4_scales(const float* mxq, int64_t P, int64_t Pp, float mx, floa
   return E;
 }
 
+float codebook_nonfinite_tables(int64_t Pp, int64_t nc, int8_t* Tq, uint32_t* mult) {
+  std::memset(Tq, 0, Pp * nc);
+  for (int64_t p = 0; p < Pp / 2; ++p) mult[p] = 0x01010101u;
+  return std::numeric_limits<float>::quiet_NaN();
+}
+
 float codebook_lut4_tables_scalar(const CodebookWeights& w, const float* xg, int64_t grp, Lut4Scratch& sb, int8_t* Tq,
                                   uint32_t* mult) {
   const int64_t P = w.segs(grp) * w.m, Pp = w.pairs_padded(grp);
@@ -58,6 +65,7 @@ float codebook_lut4_tables_scalar(const CodebookWeights& w, const float* xg, int
     sb.mxq[q] = pm;
     amax = std::max(amax, pm);
   }
+  if (codebook_nonfinite(sb.tf, P * 16)) return codebook_nonfinite_tables(Pp, 16, Tq, mult);
   const int E = codebook_lut4_scales(sb.mxq, P, Pp, amax, sb.invq, mult);
   for (int64_t q = 0; q < P; ++q)
     for (int c = 0; c < 16; ++c) {

@@ -43,7 +43,8 @@ inline __m512i lookup256(__m512i idx, const Table256& t) {
 struct VbmiScratch {
   std::vector<float> mxq, invq, scq, scb, sxs;
   std::vector<int16_t> xq, cbq;  // build_tables_i16, int16_books
-  bool use_i16 = false;           // the call's codebooks are finite: tables from int16 operands for v = 4, 8
+  bool use_i16 = false;           // the call's codebooks are finite: tables from int16 operands for v = 4, 8 (else
+                                  // the float build carries their NaN / inf into the tables)
   std::vector<int8_t> tab_raw;                    // [N][Pp][256] from the first 64-byte boundary
   int8_t* tab = nullptr;
   std::vector<uint32_t> mult;                     // [N][Pp/2 + 4]
@@ -180,16 +181,9 @@ float build_tables_i16(const CodebookWeights& w, const float* xg, int64_t grp, V
 }
 
 float build_tables(const CodebookWeights& w, const float* xg, int64_t grp, VbmiScratch& s, int8_t* Tq, uint32_t* mult) {
-  if (s.use_i16) {
-    const int64_t n = w.segs(grp) * w.v;
-    __m512 m = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n; j += 16) {
-      const __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
-      m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(k, xg + j)));
-    }
-    if (std::isfinite(_mm512_reduce_max_ps(m)))  // else the float build, which carries NaN / inf into the output
-      return w.v == 4 ? build_tables_i16<4>(w, xg, grp, s, Tq, mult) : build_tables_i16<8>(w, xg, grp, s, Tq, mult);
-  }
+  const int64_t S = w.segs(grp), P = S * w.m;
+  if (codebook_nonfinite(xg, S * w.v)) return codebook_nonfinite_tables(P + (P & 1), 256, Tq, mult);
+  if (s.use_i16) return w.v == 4 ? build_tables_i16<4>(w, xg, grp, s, Tq, mult) : build_tables_i16<8>(w, xg, grp, s, Tq, mult);
   switch (w.v) {
     case 4: return build_tables_v<4>(w, xg, grp, s, Tq, mult);
     case 8: return build_tables_v<8>(w, xg, grp, s, Tq, mult);
