@@ -157,6 +157,10 @@ def test_bad_parameters_raise(rng):
     meta, t = pw.state()
     with pytest.raises(ValueError, match="packed codes"):
         from_state(meta, {**t, "codes": t["codes"][:-1]})
+    books = t["codebooks"].copy()
+    books[0, 3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        from_state(meta, {**t, "codebooks": books})
 
 
 # b == 4: the register-table layout (32-row tiles, nibble codes, int8 psums). Odd pair counts (m3 v4 g12: 9

@@ -176,6 +176,8 @@ class CodebookWeight(PackedWeight):
         if codebooks.dtype != np.float16 or codebooks.shape != (self.m, self.nc, self.v):
             raise ValueError(f"codebook: codebooks must be float16 [{self.m}, {self.nc}, {self.v}], "
                              f"got {codebooks.dtype} {codebooks.shape}")
+        if not np.isfinite(codebooks).all():  # the int8 table kernels would round a NaN away without a trace
+            raise ValueError("codebook: the codebooks hold NaN or Inf values")
         self.codes, self.scale, self.codebooks = codes, scale, codebooks
         self.meta_extra = dict(meta_extra or {})
         self._scale_u16 = scale.view(np.uint16)
