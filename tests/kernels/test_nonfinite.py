@@ -3,7 +3,9 @@
 The rule (kernels/ops.inc quantize_row): an int8-quantized input group holding a NaN or an infinity gets
 scale NaN, so every output of that token is NaN for every quantized format; float formats follow IEEE
 (NaN in -> NaN out, inf in -> inf or NaN out). Other tokens are untouched. Before, the int8 quantizer
-dropped a NaN (std::max ignores it) and zeroed a group with an infinity: a finite, wrong answer."""
+dropped a NaN (std::max ignores it) and zeroed a group with an infinity: a finite, wrong answer. codebook: its int8
+tables (b = 4, and b = 8 on AVX-512 VBMI) make a token with a non-finite input NaN throughout (they once rounded the
+NaN away); its float paths follow IEEE."""
 import numpy as np
 import pytest
 
@@ -13,13 +15,18 @@ from lowbit.model import Model
 from lowbit.model.dummy import dummy_weights
 from lowbit.model.native import NativeDecoder
 
-FORMATS = ["int8", "int4", "int2", "ternary", "binary", "tq1", "f32", "bf16"]
+FORMATS = ["int8", "int4", "int2", "ternary", "binary", "tq1", "rsr", "codebook", "codebook b=4", "f32", "bf16"]
+OPTIONS = {"codebook b=4": ("codebook", {"m": 2, "v": 4, "b": 4})}  # b = 4: the register tables on every ISA
+# formats whose kernels keep float activations on some path (codebook: its dequantize path, and the float tables of
+# b = 8 off VBMI): an infinity comes out as inf or NaN there, as in f32 / bf16
+FLOAT_PATHS = ("f32", "bf16", "codebook", "codebook b=4")
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_nonfinite_activations_propagate(isa, fmt, rng):
     m, k = 70, 200
-    pw = quantize(rng.standard_normal((m, k)).astype(np.float32), fmt)
+    name, opts = OPTIONS.get(fmt, (fmt, {}))
+    pw = quantize(rng.standard_normal((m, k)).astype(np.float32), name, **opts)
     x = rng.standard_normal((4, k)).astype(np.float32)
     clean = pw.matmul(x)
     x[1, 17] = np.nan
@@ -28,7 +35,7 @@ def test_nonfinite_activations_propagate(isa, fmt, rng):
     y = pw.matmul(x)
     np.testing.assert_array_equal(y[0], clean[0])  # other tokens untouched
     assert np.isnan(y[1]).all(), y[1]
-    if fmt in ("f32", "bf16"):
+    if fmt in FLOAT_PATHS:
         assert not np.isfinite(y[2:]).any()
     else:
         assert np.isnan(y[2:]).all()
