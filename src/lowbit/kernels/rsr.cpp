@@ -2,6 +2,7 @@
 #include "rsr.h"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "dispatch.h"
@@ -55,7 +56,9 @@ void rsr_task(void* p, int64_t t) {
 }  // namespace
 
 const RsrKernels& rsr_kernels() {
-  return selected_isa() == "scalar" ? rsr_kernels_scalar : rsr_kernels_avx2;
+  const std::string& isa = selected_isa();
+  if (isa == "scalar") return rsr_kernels_scalar;
+  return isa == "avx512" || isa == "amx" ? rsr_kernels_avx512 : rsr_kernels_avx2;
 }
 
 void rsr_run(const RsrCall& c, const RsrKernels& k) {

@@ -53,7 +53,8 @@ struct RsrKernels {
 };
 extern const RsrKernels rsr_kernels_scalar;
 extern const RsrKernels rsr_kernels_avx2;
-// The path for the active ISA: AVX2 for "avx2", "avxvnni" and "avx512" (no AVX-512 variant yet), else scalar.
+extern const RsrKernels rsr_kernels_avx512;
+// The path for the active ISA: AVX-512 for "avx512" and "amx", AVX2 for "avx2" and "avxvnni", else scalar.
 const RsrKernels& rsr_kernels();
 
 struct RsrCall {

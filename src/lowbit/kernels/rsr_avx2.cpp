@@ -75,66 +75,6 @@ void step1_i8(const RsrIndex& ix, int64_t blk, const int8_t* xT, int64_t ldx, in
 }
 
 
-// RSR++ step 2 for one token of a binary index (values 0, 1), in place: each fold reads 8 pairs (2 ymm) and
-// writes their 8 sums at u[g] (g <= 2g: never past what is still to be read), the odd entries (digit 1)
-// summed into acc. The generic loop (rsr_step2.inc) runs scalar here; at K = 2^14, k = 12 it cost 0.2 ns per
-// input (4096 + 2048 + ... entries a block), a third of step 1.
-inline __m256 pair_sums(__m256 a, __m256 b) {  // [a0+a1, ..., a6+a7, b0+b1, ..., b6+b7]
-  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_hadd_ps(a, b)), 0xD8));
-}
-inline __m256 odd_entries(__m256 a, __m256 b) { return _mm256_shuffle_ps(a, b, 0xDD); }  // [a1, a3, b1, b3, ...]
-inline __m256i pair_sums(__m256i a, __m256i b) { return _mm256_permute4x64_epi64(_mm256_hadd_epi32(a, b), 0xD8); }
-inline __m256i odd_entries(__m256i a, __m256i b) {
-  return _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0xDD));
-}
-inline float hsum(__m256 v) {
-  alignas(32) float t[8];
-  _mm256_store_ps(t, v);
-  return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
-}
-inline int32_t hsum(__m256i v) {
-  alignas(32) int32_t t[8];
-  _mm256_store_si256((__m256i*)t, v);
-  return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
-}
-template <typename T, typename V>
-inline V loadv(const T* p) {
-  if constexpr (std::is_same_v<T, float>) return _mm256_loadu_ps(p);
-  else return _mm256_loadu_si256((const __m256i*)p);
-}
-template <typename T, typename V>
-inline void storev(T* p, V v) {
-  if constexpr (std::is_same_v<T, float>) _mm256_storeu_ps(p, v);
-  else _mm256_storeu_si256((__m256i*)p, v);
-}
-inline __m256 addv(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
-inline __m256i addv(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
-
-template <typename T, typename V>
-void step2_binary_one(const RsrIndex& ix, T* u, T* r) {
-  int64_t s = ix.S;
-  for (int64_t c = ix.k - 1; c >= 0; --c) {
-    const int64_t groups = s / 2;
-    V acc = V{};
-    int64_t g = 0;
-    for (; g + 8 <= groups; g += 8) {
-      const V a = loadv<T, V>(u + 2 * g), b = loadv<T, V>(u + 2 * g + 8);
-      acc = addv(acc, odd_entries(a, b));
-      storev<T, V>(u + g, pair_sums(a, b));
-    }
-    T tail = 0;
-    for (; g < groups; ++g) {
-      tail += u[2 * g + 1];
-      u[g] = u[2 * g] + u[2 * g + 1];
-    }
-    r[c] = hsum(acc) + tail;
-    s = groups;
-  }
-}
-
-template <typename T>
-bool binary_unit(const RsrIndex& ix, const T* vals) { return ix.base == 2 && vals[0] == 0 && vals[1] == 1; }
-
 template <typename P>
 void step1_f32_any(const RsrIndex& ix, int64_t blk, const float* xT, int64_t ldx, int nt, float* u, float* c) {
   switch (nt) {
@@ -165,20 +105,7 @@ void step1_i8_any(const RsrIndex& ix, int64_t blk, const int8_t* xT, int64_t ldx
   }
 }
 
-void block_f32(const RsrIndex& ix, int64_t blk, const float* xT, int64_t ldx, int nt, bool plus, float* u, float* r, float* c) {
-  if (ix.perm32) step1_f32_any<uint32_t>(ix, blk, xT, ldx, nt, u, c);
-  else step1_f32_any<uint16_t>(ix, blk, xT, ldx, nt, u, c);
-  if (nt == 1 && plus && binary_unit(ix, ix.valf)) return step2_binary_one<float, __m256>(ix, u, r);
-  step2<float>(ix, ix.valf, u, nt, plus, r);
-}
-
-void block_i8(const RsrIndex& ix, int64_t blk, const int8_t* xT, int64_t ldx, int nt, bool plus, int32_t* u,
-              int32_t* r, int32_t* c) {
-  if (ix.perm32) step1_i8_any<uint32_t>(ix, blk, xT, ldx, nt, u, c);
-  else step1_i8_any<uint16_t>(ix, blk, xT, ldx, nt, u, c);
-  if (nt == 1 && plus && binary_unit(ix, ix.vali)) return step2_binary_one<int32_t, __m256i>(ix, u, r);
-  step2<int32_t>(ix, ix.vali, u, nt, plus, r);
-}
+#include "rsr_block_avx.inc"
 
 }  // namespace
 
