@@ -78,36 +78,6 @@ void step1_i8(const RsrIndex& ix, int64_t blk, const int8_t* xT, int64_t ldx, in
   }
 }
 
-template <typename P>
-void step1_f32_any(const RsrIndex& ix, int64_t blk, const float* xT, int64_t ldx, int nt, float* u, float* c) {
-  switch (nt) {
-    case 1: return step1_gemv<P>(ix, blk, xT, u, c);
-    case 8: return step1_f32<P, 1>(ix, blk, xT, ldx, u);
-    case 16: return step1_f32<P, 2>(ix, blk, xT, ldx, u);
-    case 24: return step1_f32<P, 3>(ix, blk, xT, ldx, u);
-    case 32: return step1_f32<P, 4>(ix, blk, xT, ldx, u);
-    case 40: return step1_f32<P, 5>(ix, blk, xT, ldx, u);
-    case 48: return step1_f32<P, 6>(ix, blk, xT, ldx, u);
-    case 56: return step1_f32<P, 7>(ix, blk, xT, ldx, u);
-    default: return step1_f32<P, 8>(ix, blk, xT, ldx, u);
-  }
-}
-
-template <typename P>
-void step1_i8_any(const RsrIndex& ix, int64_t blk, const int8_t* xT, int64_t ldx, int nt, int32_t* u, int32_t* c) {
-  switch (nt) {
-    case 1: return step1_gemv<P>(ix, blk, xT, u, c);
-    case 16: return step1_i8<P, 1>(ix, blk, xT, ldx, u);
-    case 32: return step1_i8<P, 2>(ix, blk, xT, ldx, u);
-    case 48: return step1_i8<P, 3>(ix, blk, xT, ldx, u);
-    case 64: return step1_i8<P, 4>(ix, blk, xT, ldx, u);
-    case 80: return step1_i8<P, 5>(ix, blk, xT, ldx, u);
-    case 96: return step1_i8<P, 6>(ix, blk, xT, ldx, u);
-    case 112: return step1_i8<P, 7>(ix, blk, xT, ldx, u);
-    default: return step1_i8<P, 8>(ix, blk, xT, ldx, u);
-  }
-}
-
 #include "rsr_block_avx.inc"
 
 }  // namespace
