@@ -43,8 +43,8 @@ inline __m512i lookup256(__m512i idx, const Table256& t) {
 struct VbmiScratch {
   std::vector<float> mxq, invq, scq, scb, sxs;
   std::vector<int16_t> xq, cbq;  // build_tables_i16, int16_books
-  bool use_i16 = false;           // the call's codebooks are finite: tables from int16 operands for v = 4, 8 (else
-                                  // the float build carries their NaN / inf into the tables)
+  bool use_i16 = false;           // tables from int16 operands (v = 4, 8); false for non-finite codebooks, which
+                                  // CodebookWeight refuses at load (a raw binding call takes the float build)
   std::vector<int8_t> tab_raw;                    // [N][Pp][256] from the first 64-byte boundary
   int8_t* tab = nullptr;
   std::vector<uint32_t> mult;                     // [N][Pp/2 + 4]
