@@ -29,6 +29,7 @@ from lowbit._runtime import set_threads
 from lowbit.generate import Generation, GenerationStats, SamplingParams
 from lowbit.memory import peak_rss_gb, reset_peak_rss, rss_gb
 from lowbit.model import Model
+from lowbit.model.kv_cache import kv_dtype
 
 CACHE_VERSION = 3  # bump when converted directories change meaning (2: int4 groups of 32, 3: int8 blocks of 32)
 
@@ -137,13 +138,15 @@ def cache_entry_loads(out: pathlib.Path) -> bool:
         return False
 
 
-def model_from_checkpoint(ck, max_context: int | None = None, format: str | None = None) -> Model:
+def model_from_checkpoint(ck, max_context: int | None = None, format: str | None = None,
+                          kv_cache: str | None = None) -> Model:
     """Builds the Model of an open checkpoint (weights as the reader gives them; `format` quantizes floats)."""
     weights = {name: ck.load(name) for name in ck.tensor_names()}
     config = dict(ck.config)
     if (getattr(ck, "lowbit", None) or {}).get("tied_embeddings"):
         config["tie_word_embeddings"] = True  # the converted dir stores lm_head separately; count it once
-    return Model.from_weights(config, weights, tokenizer=ck.tokenizer(), max_context=max_context, format=format)
+    return Model.from_weights(config, weights, tokenizer=ck.tokenizer(), max_context=max_context, format=format,
+                              kv_cache=kv_cache)
 
 
 class LLM:
@@ -243,12 +246,14 @@ def _is_batch(prompt) -> bool:
 def load(path, format: str = "int4", threads: int | None = None, group_size: int | None = None,
          max_context: int | None = None, lm_head_format: str | None = None, embed_format: str | None = None,
          progress: bool = True, warmup: bool = True, backend: str = "native", device: str | None = None,
-         precision: str | None = None) -> LLM:
+         precision: str | None = None, kv_cache: str | None = None) -> LLM:
     """Loads a lowbit model directory, or converts an HF folder / GGUF file once (cached) and loads that.
 
     format, group_size, lm_head_format, embed_format: the conversion settings (ignored for a lowbit dir).
     threads: kernel threads (default: physical cores or $LOWBIT_THREADS).
     max_context: KV cache length (default: max_position_embeddings, capped at 8192).
+    kv_cache: what the KV cache holds: "f16" (the default for quantized models), "int8" (each row's values and
+        one float32 scale: half the bytes attention reads, for long contexts and batched serving) or "f32".
     warmup: fault every weight page in and run one token through the model now, so the first prompt's
         speed is the model's, not the page faults' (the time is in .load_stats.load_time).
     backend: "native" (lowbit's kernels) or "openvino" (path: an `lowbit export-openvino` folder, or any
@@ -261,6 +266,9 @@ def load(path, format: str = "int4", threads: int | None = None, group_size: int
     if backend == "openvino":
         from lowbit.openvino.backend import open_openvino
 
+        if kv_cache is not None:
+            raise ValueError("kv_cache applies to backend='native' only (an OpenVINO export keeps its own state)")
+
         model = open_openvino(path, weights=format, group_size=group_size, max_context=max_context, device=device,
                               precision=precision, threads=threads, progress=progress)
         return LLM(model, model.tokenizer, path=model.path, source=path)
@@ -268,6 +276,8 @@ def load(path, format: str = "int4", threads: int | None = None, group_size: int
         raise ValueError(f"unknown backend {backend!r}; choose native or openvino")
     if device not in (None, "CPU") or precision is not None:
         raise ValueError("device and precision apply to backend='openvino' only")
+    if kv_cache is not None:
+        kv_dtype(kv_cache)  # an unknown name fails before any conversion
     if threads is not None:
         set_threads(threads)
     stats = LoadStats()
@@ -275,7 +285,7 @@ def load(path, format: str = "int4", threads: int | None = None, group_size: int
                                   embed_format=embed_format, progress=progress, stats=stats)
     tic = time.perf_counter()
     ck = open_checkpoint(model_dir)
-    model = model_from_checkpoint(ck, max_context=max_context)
+    model = model_from_checkpoint(ck, max_context=max_context, kv_cache=kv_cache)
     if warmup:
         if hasattr(ck, "prefault"):
             ck.prefault()

@@ -1,18 +1,25 @@
 """The attention driver and its tile kernel (kernels/attention.cpp, attn.inc) against numpy, on every ISA:
 head dims that are and are not multiples of 8, GQA groups 1/4/8, context lengths around the 8-position
-tile, sliding windows, Gemma 2's soft-cap, float16 and float32 caches, prefill blocks (consecutive rows of
-one slot), decode batches over several slots, and the flash-decoding split of a long context with its
-merge."""
+tile, sliding windows, Gemma 2's soft-cap, float16, float32 and int8 caches (int8: each row's values and
+its float32 scale, kv_cache.py; the reference takes the dequantized values, so the kernel must match it to
+float rounding like the others), prefill blocks (consecutive rows of one slot), decode batches over several
+slots, and the flash-decoding split of a long context with its merge."""
 import numpy as np
 import pytest
 
 from lowbit import _native
+from lowbit.model.kv_cache import dequantize_kv_rows, quantize_kv_rows
+
+KV = ["f16", "f32", "int8"]
 
 
 def reference(q, kc, vc, pos, slot, window=0, softcap=0.0):
-    """q [R, heads, hd]; kc/vc [slots, kv, max_ctx, hd] float32 or float16 bits as uint16 -> [R, heads*hd]."""
+    """q [R, heads, hd]; kc/vc [slots, kv, max_ctx, hd] float32 or float16 bits as uint16, or int8 rows
+    [..., hd + 4] -> [R, heads*hd]."""
     if kc.dtype == np.uint16:
         kc, vc = kc.view(np.float16), vc.view(np.float16)
+    elif kc.dtype == np.int8:
+        kc, vc = dequantize_kv_rows(kc), dequantize_kv_rows(vc)
     R, heads, hd = q.shape
     group = heads // kc.shape[1]
     out = np.zeros((R, heads, hd))
@@ -30,12 +37,26 @@ def reference(q, kc, vc, pos, slot, window=0, softcap=0.0):
     return out.reshape(R, heads * hd)
 
 
-def make_cache(rng, slots, kv, max_ctx, hd, f16):
+def make_cache(rng, slots, kv, max_ctx, hd, kind):
+    """kind: "f16" (float16 bits as uint16), "f32" or "int8" (rows of hd + 4)."""
     kc = rng.standard_normal((slots, kv, max_ctx, hd)).astype(np.float32)
     vc = rng.standard_normal((slots, kv, max_ctx, hd)).astype(np.float32)
-    if f16:
+    if kind == "f16":
         return kc.astype(np.float16).view(np.uint16), vc.astype(np.float16).view(np.uint16)
+    if kind == "int8":
+        return quantize_kv_rows(kc), quantize_kv_rows(vc)
     return kc, vc
+
+
+def poison(c, at, d, value):
+    """Puts a non-finite value at element d of row `at` (an index tuple) of cache c; an int8 row takes it as its
+    scale (what writing a NaN / inf row gives: kv_quantize_row)."""
+    if c.dtype == np.int8:
+        c[at][-4:] = np.array([value], np.float32).view(np.int8)
+    elif c.dtype == np.uint16:
+        c.view(np.float16)[at + (d,)] = value
+    else:
+        c[at + (d,)] = value
 
 
 def run(q, kc, vc, pos, slot, **kw):
@@ -51,42 +72,43 @@ def check(q, kc, vc, pos, slot, **kw):
 
 
 @pytest.mark.parametrize("hd", [64, 80, 96, 128, 20, 3])
-@pytest.mark.parametrize("f16", [True, False])
-def test_decode_rows_every_head_dim(isa, rng, hd, f16):
+@pytest.mark.parametrize("kv", KV)
+def test_decode_rows_every_head_dim(isa, rng, hd, kv):
     # decode: lone rows of several slots at lengths 1, 7, 8, 9, 129 (tile edges)
-    kc, vc = make_cache(rng, 3, 2, 160, hd, f16)
+    kc, vc = make_cache(rng, 3, 2, 160, hd, kv)
     pos, slot = [0, 6, 7, 8, 128], [0, 2, 1, 0, 2]
     q = rng.standard_normal((5, 4, hd)).astype(np.float32) * 0.3
     check(q, kc, vc, pos, slot, split_min=0)
 
 
 @pytest.mark.parametrize("group", [1, 4, 8])
-@pytest.mark.parametrize("f16", [True, False])
-def test_prefill_block_gqa(isa, rng, group, f16):
+@pytest.mark.parametrize("kv", KV)
+def test_prefill_block_gqa(isa, rng, group, kv):
     # a prefill chunk: 37 consecutive positions 5..41 of slot 1 (blocks of 16 // group rows), GQA groups
-    kv, hd = 2, 64
-    kc, vc = make_cache(rng, 2, kv, 64, hd, f16)
+    n_kv, hd = 2, 64
+    kc, vc = make_cache(rng, 2, n_kv, 64, hd, kv)
     pos = np.arange(5, 42)
-    q = rng.standard_normal((len(pos), kv * group, hd)).astype(np.float32) * 0.3
+    q = rng.standard_normal((len(pos), n_kv * group, hd)).astype(np.float32) * 0.3
     check(q, kc, vc, pos, np.ones(len(pos), np.int64))
 
 
 @pytest.mark.parametrize("window", [1, 5, 16])
 @pytest.mark.parametrize("softcap", [0.0, 3.0])
-def test_window_and_softcap(isa, rng, window, softcap):
+@pytest.mark.parametrize("kv", ["f16", "int8"])
+def test_window_and_softcap(isa, rng, window, softcap, kv):
     # rows mix a prefill run (slot 0, positions 3..27) and decode rows of slot 1; sliding window and cap
-    kc, vc = make_cache(rng, 2, 2, 140, 96, True)
+    kc, vc = make_cache(rng, 2, 2, 140, 96, kv)
     pos = list(range(3, 28)) + [0, 130, 64]
     slot = [0] * 25 + [1, 1, 1]
     q = rng.standard_normal((len(pos), 4, 96)).astype(np.float32)
     check(q, kc, vc, pos, slot, window=window, softcap=softcap)
 
 
-@pytest.mark.parametrize("f16", [True, False])
+@pytest.mark.parametrize("kv", KV)
 @pytest.mark.parametrize("group", [1, 4])
-def test_split_context_merges(isa, rng, f16, group):
+def test_split_context_merges(isa, rng, kv, group):
     # one row, long context cut into chunks of >= 8 positions (flash-decoding), with and without window
-    kc, vc = make_cache(rng, 1, 1, 400, 80, f16)
+    kc, vc = make_cache(rng, 1, 1, 400, 80, kv)
     q = rng.standard_normal((1, group, 80)).astype(np.float32) * 0.5
     for pos, window in [(399, 0), (129, 0), (300, 100), (9, 0)]:
         got = run(q, kc, vc, [pos], [0], window=window, split_min=8)
@@ -96,10 +118,10 @@ def test_split_context_merges(isa, rng, f16, group):
         np.testing.assert_allclose(got, whole, rtol=1e-4, atol=1e-5)
 
 
-def test_nan_in_cache_reaches_only_rows_that_see_it(isa, rng):
-    kc, vc = make_cache(rng, 1, 1, 64, 64, True)
-    kf = kc.view(np.float16)
-    kf[0, 0, 10, 3] = np.nan
+@pytest.mark.parametrize("kv", ["f16", "int8"])
+def test_nan_in_cache_reaches_only_rows_that_see_it(isa, rng, kv):
+    kc, vc = make_cache(rng, 1, 1, 64, 64, kv)
+    poison(kc, (0, 0, 10), 3, np.nan)
     q = rng.standard_normal((3, 1, 64)).astype(np.float32)
     for split in (0, 4):
         out = run(q, kc, vc, [5, 20, 40], [0, 0, 0], window=25, split_min=split)
@@ -107,8 +129,9 @@ def test_nan_in_cache_reaches_only_rows_that_see_it(isa, rng):
         assert np.isnan(out[1]).all()
 
 
-def test_prefill_binding_matches(isa, rng):
-    kc, vc = make_cache(rng, 1, 2, 50, 64, False)
+@pytest.mark.parametrize("kv", ["f32", "int8"])
+def test_prefill_binding_matches(isa, rng, kv):
+    kc, vc = make_cache(rng, 1, 2, 50, 64, kv)
     q = rng.standard_normal((30, 4, 64)).astype(np.float32)
     out = np.zeros((30, 256), np.float32)
     _native.attention_prefill(q, kc[0], vc[0], 12, out)
@@ -116,7 +139,7 @@ def test_prefill_binding_matches(isa, rng):
 
 
 def test_rejects_bad_rows(rng):
-    kc, vc = make_cache(rng, 2, 1, 16, 8, False)
+    kc, vc = make_cache(rng, 2, 1, 16, 8, "f32")
     q = np.ones((2, 2, 8), np.float32)
     with pytest.raises(ValueError, match="pos\\[1\\] = 16 is outside the cache"):
         run(q, kc, vc, [0, 16], [0, 0])
@@ -129,16 +152,20 @@ def test_rejects_bad_rows(rng):
     with pytest.raises(ValueError, match="heads % kv_heads"):
         run(np.ones((2, 3, 8), np.float32), np.ones((1, 2, 16, 8), np.float32), np.ones((1, 2, 16, 8), np.float32),
             [0, 1], [0, 0])
+    k8, v8 = make_cache(rng, 2, 1, 16, 8, "int8")
+    with pytest.raises(ValueError, match="head_dim \\+ 4"):
+        run(q, np.ascontiguousarray(k8[..., :-1]), np.ascontiguousarray(v8[..., :-1]), [0, 1], [0, 0])  # int8 rows without their whole scale
+    with pytest.raises(ValueError, match="float32, float16 .* or int8"):
+        run(q, kc.astype(np.float64), vc.astype(np.float64), [0, 1], [0, 0])
 
 
-@pytest.mark.parametrize("f16", [True, False])
-def test_later_nan_and_inf_stay_out_of_earlier_rows(isa, rng, f16):
+@pytest.mark.parametrize("kv", KV)
+def test_later_nan_and_inf_stay_out_of_earlier_rows(isa, rng, kv):
     # a prefill block whose last rows wrote inf / NaN: the earlier rows of the same block must not see them
-    kc, vc = make_cache(rng, 1, 1, 40, 64, f16)
-    kv_view = (lambda a: a.view(np.float16)) if f16 else (lambda a: a)
-    kv_view(vc)[0, 0, 21, 5] = np.inf
-    kv_view(kc)[0, 0, 22, 0] = np.nan
-    kv_view(vc)[0, 0, 22, 1] = np.nan
+    kc, vc = make_cache(rng, 1, 1, 40, 64, kv)
+    poison(vc, (0, 0, 21), 5, np.inf)
+    poison(kc, (0, 0, 22), 0, np.nan)
+    poison(vc, (0, 0, 22), 1, np.nan)
     pos = np.arange(10, 23)
     q = rng.standard_normal((len(pos), 2, 64)).astype(np.float32)
     out = run(q, kc, vc, pos, np.zeros(len(pos), np.int64))
@@ -147,9 +174,10 @@ def test_later_nan_and_inf_stay_out_of_earlier_rows(isa, rng, f16):
     assert not np.isfinite(out[11:]).all(axis=1).any()
 
 
-def test_split_is_the_same_alone_and_in_a_batch(isa, rng):
+@pytest.mark.parametrize("kv", ["f16", "int8"])
+def test_split_is_the_same_alone_and_in_a_batch(isa, rng, kv):
     # a lone row's chunks depend on its own context only: decoding it alone or beside others gives the same bits
-    kc, vc = make_cache(rng, 3, 1, 300, 64, True)
+    kc, vc = make_cache(rng, 3, 1, 300, 64, kv)
     q = rng.standard_normal((3, 2, 64)).astype(np.float32)
     pos, slot = [299, 150, 7], [2, 0, 1]
     batch = run(q, kc, vc, pos, slot)
@@ -160,13 +188,14 @@ def test_split_is_the_same_alone_and_in_a_batch(isa, rng):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_batched_rows_take_several_heads_a_task(isa, rng, threads):
+@pytest.mark.parametrize("kv", ["f16", "int8"])
+def test_batched_rows_take_several_heads_a_task(isa, rng, threads, kv):
     # a batched decode step: 12 lone rows x 8 kv heads, so a pool task takes several heads of one row
     # (attention.cpp, kAttnTasksPerThread); the same bits as each row alone (one head a task), and the reference
     before = _native.get_threads()
     try:
         _native.set_threads(threads)
-        kc, vc = make_cache(rng, 12, 8, 80, 96, True)
+        kc, vc = make_cache(rng, 12, 8, 80, 96, kv)
         q = rng.standard_normal((12, 8, 96)).astype(np.float32) * 0.3
         pos, slot = [3 + 6 * r for r in range(12)], [(5 * r) % 12 for r in range(12)]
         batch = run(q, kc, vc, pos, slot)
@@ -176,3 +205,39 @@ def test_batched_rows_take_several_heads_a_task(isa, rng, threads):
         np.testing.assert_allclose(batch, reference(q, kc, vc, pos, slot), rtol=2e-4, atol=2e-5)
     finally:
         _native.set_threads(before)
+
+
+@pytest.mark.parametrize("group", [1, 2, 3, 8])
+def test_int8_tiles_read_in_place_or_widened_give_the_same_bits(isa, rng, group):
+    # a block of <= 2 queries reads an int8 tile in place, a larger one widens it first: both take the integers
+    # and scale after, so a prefill row gets the same bits in a block of 1 row as in a block of many
+    kc, vc = make_cache(rng, 1, 1, 64, 64, "int8")
+    q = rng.standard_normal((20, group, 64)).astype(np.float32) * 0.5
+    pos = np.arange(30, 50)
+    block = run(q, kc, vc, pos, np.zeros(20, np.int64), split_min=0)
+    for r in (0, 7, 19):
+        alone = run(q[r:r + 1], kc, vc, pos[r:r + 1], [0], split_min=0)
+        assert np.array_equal(alone[0], block[r])
+    np.testing.assert_allclose(block, reference(q, kc, vc, pos, np.zeros(20, np.int64)), rtol=2e-4, atol=2e-5)
+
+
+def test_kv_quantize_rows_native_equals_numpy(rng):
+    # the native cache write and its numpy twin give the same bytes: random rows, ties at .5, zeros, NaN, inf
+    x = rng.standard_normal((40, 96)).astype(np.float32) * rng.uniform(1e-3, 1e3, (40, 1)).astype(np.float32)
+    x[1] = 0
+    x[2] = np.arange(96, dtype=np.float32) - 47.5  # max 48.5: many products land near .5
+    x[3, 5] = np.nan
+    x[4, 0] = -np.inf
+    x[5] = 1e-40  # subnormal
+    got = np.zeros((40, 100), np.int8)
+    _native.kv_quantize_rows(x, got)
+    want = quantize_kv_rows(x)
+    assert np.array_equal(got[:, :96], want[:, :96])
+    s_got, s_want = got[:, 96:].copy().view(np.float32), want[:, 96:].copy().view(np.float32)
+    assert np.array_equal(s_got, s_want, equal_nan=True)
+    assert np.isnan(s_got[3]).all() and np.isnan(s_got[4]).all() and (got[3:5, :96] == 0).all()
+    assert s_got[1, 0] == 0 and (got[1, :96] == 0).all()
+    back = dequantize_kv_rows(want)
+    ok = np.isfinite(x).all(axis=1)
+    err = np.abs(back[ok] - x[ok]).max(axis=1)
+    assert (err <= np.abs(x[ok]).max(axis=1) / 127 / 2 * 1.001 + 1e-45).all()  # half a step of the row's scale

@@ -11,6 +11,7 @@ from lowbit.formats import quantize
 from lowbit.formats.base import Activations
 from lowbit.model import Model
 from lowbit.model.dummy import dummy_weights
+from lowbit.model.kv_cache import kv_kind
 from lowbit.model.native import NativeDecoder, linear_tuple
 
 M, K = 70, 100  # odd shapes: one partial row block, K padded to 128
@@ -228,7 +229,7 @@ def test_attention_prefill_rejects():
         _native.attention_prefill(np.ones((n, 3, hd), np.float32), kc, vc, 0, np.zeros((n, 3 * hd), np.float32))
     with pytest.raises(ValueError, match="out must be \\[n, heads\\*hd\\]"):
         _native.attention_prefill(q, kc, vc, 0, np.zeros((n, heads * hd + 1), np.float32))
-    with pytest.raises(ValueError, match="float32 or float16"):
+    with pytest.raises(ValueError, match="float32, float16 .* or int8"):
         _native.attention_prefill(q, kc.astype(np.float64), vc.astype(np.float64), 0, out)
 
 
@@ -267,7 +268,7 @@ def new_decoder(model, **over):
     args = dict(hidden=a.hidden_size, n_heads=a.num_attention_heads, n_kv=a.num_key_value_heads, hd=a.head_dim,
                 inter=a.intermediate_size, max_ctx=model.cache.max_ctx, eps=1e-5, act=0,
                 C=np.ascontiguousarray(model.rope.C, np.float32), S=np.ascontiguousarray(model.rope.S, np.float32),
-                kv_f16=model.cache.k.dtype == np.float16)
+                kv=kv_kind(model.cache.k.dtype))
     args.update(over)
     return _native.Decoder(*args.values())
 
@@ -288,6 +289,7 @@ def layer_args(model, **over):
     (dict(max_ctx=0), "max_ctx must be in"),
     (dict(max_ctx=17), "rope C must be \\[>= max_ctx, hd\\]"),
     (dict(act=5), "act must be 0"),
+    (dict(kv=3), "kv must be 0 \\(float32 cache\\), 1 \\(float16\\) or 2 \\(int8"),
     (dict(C=np.ones((16, 16))), "rope C must be a C-contiguous float32"),
 ])
 def test_decoder_init_rejects(model, over, msg):
@@ -319,7 +321,9 @@ def test_decoder_add_layer_rejects(model):
         (dict(linears=tuple(lins[:5]) + (lins[0],) + (lins[6],)), "gate/up_proj must be"),
         (dict(linears=(("nope",),) + tuple(lins[1:])), "unknown projection kind 'nope'"),
         (dict(linears=(lins[0][:7],) + tuple(lins[1:])), "q_proj \\('int', codes"),
-        (dict(kc=np.zeros((2, 16, 16), np.float64)), "k cache"),
+        (dict(kc=np.zeros((2, 16, 16), np.float64)), "k and v caches must be float16"),  # the decoder's KV dtype
+        (dict(kc=np.zeros((2, 16, 16), np.float32)), "k and v caches must be float16"),
+        (dict(kc=np.zeros((2, 16, 20), np.int8), vc=np.zeros((2, 16, 20), np.int8)), "must be float16"),
         (dict(kc=good["kc"][:, :8].copy()), "k and v caches must be \\[kv_heads, max_ctx, hd\\]"),
     ]
     for over, msg in cases:

@@ -197,3 +197,27 @@ def test_mixed_step_numpy_reference():
         outs.append(got)
     for r, g in zip(*outs):
         assert np.abs(r - g).max() / np.abs(r).max() < 1e-5
+
+
+@pytest.mark.parametrize("fmt", ["f32", "ternary"])
+def test_int8_kv_cache_batched_equals_sequential(isa, fmt):
+    """An int8 KV cache (each row's values and scale) in the slot cache: the batched native step still gives
+    bitwise each sequence's own logits, and the numpy batched step (which writes the same int8 rows) agrees
+    to float rounding."""
+    model_type = "bitnet" if fmt == "ternary" else "llama"
+    cfg = config(model_type)
+    model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=64, kv_cache="int8")
+    assert model.cache.k.dtype == np.int8 and model.cache.k.shape[-1] == cfg["hidden_size"] // 4 + 4
+    seq = sequential_logits(model)
+    bd = BatchDecoder(model, 4)
+    assert bd.native and bd.cache.k.dtype == np.int8
+    got = run_batched(bd)
+    for b in range(len(PROMPTS)):
+        for r, g in zip(seq[b], got[b]):
+            assert np.array_equal(r, g)
+    ref = run_batched(BatchDecoder(model, 4, native=False))
+    errs = [np.abs(r - g).max() / np.abs(r).max() for b in range(len(PROMPTS)) for r, g in zip(ref[b], got[b])]
+    if fmt == "f32":
+        assert max(errs) < 1e-4, errs  # a K/V value may round to the next int8 step on either side
+    else:
+        assert sorted(errs)[len(errs) // 2] < 1e-4 and max(errs) < 5e-2, errs

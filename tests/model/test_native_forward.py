@@ -13,6 +13,7 @@ import pytest
 
 from lowbit.model import Model
 from lowbit.model.dummy import dummy_weights
+from lowbit.model.kv_cache import dequantize_kv_rows
 from lowbit.model.native import NativeDecoder
 
 from .test_native_decoder import FAMILY_EXTRAS, config
@@ -21,10 +22,10 @@ FORMATS = ["f32", "bf16", "int8", "int4", "int2", "ternary", "tq1", "binary", "c
 IDS = [(37 * i + 11) % 300 for i in range(40)]  # 40 tokens: chunks of 16 leave a ragged 8
 
 
-def build(fmt: str, model_type: str = "llama", max_context: int = 48, **over) -> Model:
+def build(fmt: str, model_type: str = "llama", max_context: int = 48, kv_cache: str | None = None, **over) -> Model:
     cfg = {**config(model_type), **over}
     opts = dict(m=2, v=4, b=5, g=64, iters=1) if fmt == "codebook" else {}
-    return Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=max_context, **opts)
+    return Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=max_context, kv_cache=kv_cache, **opts)
 
 
 def rel_err(a: np.ndarray, ref: np.ndarray) -> float:
@@ -159,3 +160,40 @@ def test_schedule_across_matrices_changes_no_number():
         got[on] = [model.prefill(IDS[:6])] + [model.decode(t) for t in IDS[6:12]]
     nat._dec.set_prefetch_next(True)
     assert all(np.array_equal(a, b) for a, b in zip(got[True], got[False]))
+
+
+@pytest.mark.parametrize("fmt", ["f32", "ternary"])
+def test_int8_kv_cache(isa, fmt):
+    """kv_cache="int8": the native forward writes each K/V row as int8 values and a float32 scale, the numpy
+    block writes the same rows (kv_cache.quantize_kv_rows), and they agree to float rounding (a value near a
+    rounding edge may land one int8 step apart: within one step of its row's scale); chunks and decode
+    steps give the one-chunk bits; and the int8 cache costs little against the float16 one."""
+    model = build(fmt, "bitnet" if fmt == "ternary" else "llama")
+    n = len(IDS)
+    f16 = model.prefill_python(IDS, all_logits=True)
+    model.set_kv_cache("int8")
+    assert model.cache.k.dtype == np.int8 and model.kv_cache == "int8"
+    ref = model.prefill_python(IDS, all_logits=True)
+    ref_kv = dequantize_kv_rows(model.cache.k[:, :, :n])
+    model.reset()
+    whole = model.prefill(IDS, all_logits=True, chunk=n)
+    got_kv = dequantize_kv_rows(model.cache.k[:, :, :n])
+    step = np.abs(ref_kv).max(axis=-1, keepdims=True) / 127
+    assert (np.abs(got_kv - ref_kv) <= 1.01 * step + 1e-6).all()
+    assert rel_err(whole, ref) < (1e-4 if fmt == "f32" else 5e-2)  # one K/V value an int8 step apart moves it
+    assert rel_err(ref, f16) < 0.1  # (random weights: the logits of a trained model move far less, see docs)
+    model.reset()
+    head = model.prefill(IDS[:5], all_logits=True)
+    rest = model.prefill(IDS[5:], all_logits=True, chunk=16)
+    assert np.array_equal(np.concatenate([head, rest]), whole)
+    model.reset()
+    steps = [model.prefill(IDS[:1], all_logits=True)[0]] + [model.decode(t) for t in IDS[1:]]
+    assert np.array_equal(np.stack(steps), whole)
+
+
+def test_set_kv_cache_rejects_unknown_types():
+    model = build("f32")
+    with pytest.raises(ValueError, match="unknown KV cache type 'int4'"):
+        model.set_kv_cache("int4")
+    with pytest.raises(ValueError, match="unknown KV cache type"):
+        build("f32", kv_cache="q8")

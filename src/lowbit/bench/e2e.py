@@ -66,8 +66,8 @@ def bytes_per_token(model, position: float) -> dict:
             lm_head += n
         else:
             blocks += n
-    itemsize = model.cache.k.dtype.itemsize
-    kv = int(2 * a.num_hidden_layers * a.num_key_value_heads * a.head_dim * itemsize * position)
+    row_bytes = model.cache.k.shape[-1] * model.cache.k.dtype.itemsize  # int8 rows carry their 4-byte scale
+    kv = int(2 * a.num_hidden_layers * a.num_key_value_heads * row_bytes * position)
     return {"blocks": int(blocks), "lm_head": int(lm_head), "kv_cache": kv, "total": int(blocks + lm_head + kv)}
 
 

@@ -365,6 +365,8 @@ def add_parser(bsub) -> None:
     s.add_argument("-p", "--prompt-tokens", type=int, default=32, help="prompt length in tokens (default 32)")
     s.add_argument("-n", "--gen-tokens", type=int, default=32, help="tokens generated per request (default 32)")
     s.add_argument("--max-batch", type=int, default=None, help="server batch size (default: the most clients)")
+    s.add_argument("--kv-cache", choices=("f16", "int8", "f32"), default=None,
+                   help="what the KV cache holds (default: the model's, f16 for a quantized one)")
     s.add_argument("--timeout", type=float, default=600.0, help="seconds per request before it counts as failed")
     s.add_argument("--prompt-pool", type=int, default=0,
                    help="cycle the requests through N random prompts, so cached prefixes are re-used (default 0: "
@@ -389,15 +391,18 @@ def main(args) -> int:
         raise ValueError(f"--clients must be comma-separated integers, got {args.clients!r}") from None
     ctx = args.prompt_tokens + args.gen_tokens + 1
     if args.model:
-        llm = lowbit.load(args.model, format=args.format, max_context=max(ctx, 16))
+        llm = lowbit.load(args.model, format=args.format, max_context=max(ctx, 16), kv_cache=args.kv_cache)
         label = str(args.model)
     else:
         from lowbit.bench.e2e import shape_model
 
         shape = args.shape or "bitnet-0.7b"
         model, _ = shape_model(shape, args.format, layers=args.layers, max_context=ctx)
+        if args.kv_cache:
+            model.set_kv_cache(args.kv_cache)
         llm = LLM(model, IdTokenizer(model.args.vocab_size))
         label = f"{shape} ({args.format}, random weights{f', {args.layers} layers' if args.layers else ''})"
+    label += f", {llm.model.kv_cache} KV cache"
     res = bench(llm, clients, args.requests, args.prompt_tokens, args.gen_tokens, args.max_batch, args.timeout,
                 label=label, prompt_pool=args.prompt_pool, profile=args.profile)
     if args.json:

@@ -63,6 +63,9 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--threads", type=int, default=None, help="kernel threads (default: physical cores)")
     p.add_argument("--max-context", type=int, default=None, metavar="N",
                    help="KV cache length in tokens (default: the model's max_position_embeddings, at most 8192)")
+    p.add_argument("--kv-cache", choices=("f16", "int8", "f32"), default=None,
+                   help="what the KV cache holds (default: f16; f32 for an f32 model): int8 keeps each row's values "
+                        "and one scale, half the bytes attention reads per token, like llama.cpp's -ctk/-ctv q8_0")
     g = p.add_argument_group("backend")
     g.add_argument("--backend", choices=("native", "openvino"), default="native",
                    help="native: lowbit's kernels (default); openvino: an OpenVINO export (NITRO: static, chunked, "
@@ -107,4 +110,4 @@ def load_from_args(args, quiet: bool = False):
                 lm_head_format=getattr(args, "lm_head_format", None), embed_format=getattr(args, "embed_format", None),
                 max_context=getattr(args, "max_context", None), progress=not quiet,
                 backend=getattr(args, "backend", "native"), device=getattr(args, "device", None),
-                precision=getattr(args, "precision", None))
+                precision=getattr(args, "precision", None), kv_cache=getattr(args, "kv_cache", None))

@@ -37,6 +37,9 @@ def add_parser(subparsers):
                    help="requests decoded together, each with its own KV cache slot (default: 8)")
     p.add_argument("--max-context", type=int, default=None, metavar="N",
                    help="tokens per request, prompt + completion (default: the model's, at most 8192)")
+    p.add_argument("--kv-cache", choices=("f16", "int8", "f32"), default=None,
+                   help="what the KV cache slots hold (default: f16; f32 for an f32 model): int8 keeps each row's "
+                        "values and one scale, half the memory per slot and half the bytes attention reads")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="the most tokens a request may ask for (default: the context)")
     p.add_argument("--default-max-tokens", type=int, default=256, metavar="N",
@@ -72,6 +75,6 @@ def main(args) -> int:
         print(f"lowbit: warning: listening on {args.host}: reachable from other machines, no authentication",
               file=sys.stderr)
     print(f"lowbit: serving {srv.model_id} on {srv.url}/v1 (max batch {args.max_batch}, context "
-          f"{srv.limits.max_context})", file=sys.stderr, flush=True)
+          f"{srv.limits.max_context}, {getattr(llm.model, 'kv_cache', '?')} KV cache)", file=sys.stderr, flush=True)
     srv.serve_forever()
     return 0

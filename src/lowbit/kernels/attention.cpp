@@ -29,7 +29,8 @@ void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
   const AttnCall& c = *P.c;
   if (P.prep) P.prep->fn(P.prep->ctx, h);
   const int64_t QD = c.heads * c.hd, G = c.heads / c.n_kv;
-  const int64_t off = (c.slot[T.r0] * c.slot_stride + h * c.max_ctx * c.hd) * (c.f16 ? 2 : 4);
+  const int64_t row = kv_row_units(c.kv, c.hd), unit = kv_unit_bytes(c.kv);
+  const int64_t off = (c.slot[T.r0] * c.slot_stride + h * c.max_ctx * row) * unit;
   AttnBlock b{};
   b.q = c.q + T.r0 * QD + h * G * c.hd;
   b.rows = T.rows;
@@ -37,10 +38,10 @@ void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
   b.hd = c.hd;
   b.K = static_cast<const char*>(c.kc) + off;
   b.V = static_cast<const char*>(c.vc) + off;
-  b.f16 = c.f16;
+  b.kv = c.kv;
   b.softcap = c.softcap;
   if (h + 1 < T.h + T.nh) {  // the tile loop's prefetch runs on into the next head's K/V
-    const int64_t next = (c.slot[T.r0] * c.slot_stride + (h + 1) * c.max_ctx * c.hd) * (c.f16 ? 2 : 4);
+    const int64_t next = (c.slot[T.r0] * c.slot_stride + (h + 1) * c.max_ctx * row) * unit;
     b.next_K = static_cast<const char*>(c.kc) + next;
     b.next_V = static_cast<const char*>(c.vc) + next;
     b.next_lo = P.lo[T.r0] / 8 * 8;

@@ -15,8 +15,8 @@ namespace lowbit {
 struct AttnCall {
   const float* q;             // [R][heads*hd], RoPE'd and scaled
   float* out;                 // [R][heads*hd]
-  const void *kc, *vc;        // slot 0 of the layer's cache: [slot][n_kv][max_ctx][hd], float16 (uint16) or float32
-  bool f16;
+  const void *kc, *vc;        // slot 0 of the layer's cache: [slot][n_kv][max_ctx][row] (KvType: float32, float16
+  KvType kv;                  // as uint16, or int8 rows of hd + 4 with their scale); slot_stride in the array's units
   const int64_t *pos, *slot;  // [R]: row r attends positions [start, pos[r]] of slot[r], K/V already written
   int64_t R, heads, n_kv, hd, max_ctx, slot_stride, window;  // window > 0: the last `window` positions only
   float softcap;              // > 0: Gemma 2's score cap

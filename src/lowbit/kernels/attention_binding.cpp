@@ -19,7 +19,20 @@ using namespace lowbit::py;
 
 namespace {
 
-bool is_f16_cache(const AnyIn<3>& kc) { return kc.dtype() == nb::dtype<uint16_t>(); }
+// The cache's KvType from its dtype, checked against its row length: float32 or float16 (as uint16) rows of
+// hd, int8 rows of hd + 4 (the values, then the float32 scale).
+template <class Array>
+KvType cache_type(const Array& kc, int64_t hd, const std::string& fn) {
+  const int64_t row = (int64_t)kc.shape(kc.ndim() - 1);
+  if (kc.dtype() == nb::dtype<float>() || kc.dtype() == nb::dtype<uint16_t>()) {
+    if (row != hd) fail(fn + ": a float cache's rows must be head_dim long");
+    return kc.dtype() == nb::dtype<float>() ? KvType::kF32 : KvType::kF16;
+  }
+  if (kc.dtype() != nb::dtype<int8_t>())
+    fail(fn + ": the KV cache must be float32, float16 (as uint16) or int8 (rows of head_dim + 4: values, then the scale)");
+  if (row != hd + 4) fail(fn + ": an int8 cache's rows must be head_dim + 4 bytes (values, then the float32 scale)");
+  return KvType::kI8;
+}
 
 // Causal attention of n new tokens (prefill) over the static cache of one sequence.
 // q: [n, heads, hd] (RoPE'd and scaled), cache: [kv_heads, max_ctx, hd] float32 or float16 (as uint16),
@@ -30,13 +43,11 @@ void attention_prefill(nb::handle hq, nb::handle hkc, nb::handle hvc, int64_t po
   auto vc = any_in<3>(hvc, "attention_prefill: v cache");
   const int64_t n = q.shape(0), heads = q.shape(1), hd = q.shape(2);
   const int64_t kv = kc.shape(0), max_ctx = kc.shape(1);
-  const bool f16 = is_f16_cache(kc);
-  require(f16 || kc.dtype() == nb::dtype<float>(), "attention_prefill: the KV cache must be float32 or float16 (as uint16)");
   require(vc.dtype() == kc.dtype() && vc.shape(0) == kc.shape(0) && vc.shape(1) == kc.shape(1) && vc.shape(2) == kc.shape(2),
           "attention_prefill: k and v caches must match in shape and dtype");
   require(heads > 0 && hd > 0, "attention_prefill: q must be [n, heads > 0, hd > 0]");
-  require(kc.shape(2) == (size_t)hd && kv > 0 && heads % kv == 0,
-          "attention_prefill: cache must be [kv_heads, max_ctx, hd] with heads % kv_heads == 0");
+  const KvType kvt = cache_type(kc, hd, "attention_prefill");
+  require(kv > 0 && heads % kv == 0, "attention_prefill: cache must be [kv_heads, max_ctx, row] with heads % kv_heads == 0");
   require(hd <= kMaxHeadDim, "attention_prefill: head_dim above 512 is not supported");
   require(pos >= 0 && pos + n <= max_ctx, "attention_prefill: positions pos..pos+n-1 must lie inside the cache");
   auto o = out<float, 2>(hout, "attention_prefill: out");
@@ -46,7 +57,7 @@ void attention_prefill(nb::handle hq, nb::handle hkc, nb::handle hvc, int64_t po
   for (int64_t i = 0; i < n; ++i) p[i] = pos + i;
   nb::gil_scoped_release release;
   KernelsRunning running(settings_mutex());
-  const AttnCall c{q.data(), o.data(), kc.data(), vc.data(), f16, p.data(), s.data(), n, heads, kv, hd, max_ctx, 0, 0, 0.f};
+  const AttnCall c{q.data(), o.data(), kc.data(), vc.data(), kvt, p.data(), s.data(), n, heads, kv, hd, max_ctx, 0, 0, 0.f};
   attention(c, active_kernels().ops);
 }
 
@@ -63,14 +74,12 @@ void attention_rows(nb::handle hq, nb::handle hkc, nb::handle hvc, nb::handle hp
   auto o = out<float, 2>(hout, "attention: out");
   const int64_t R = q.shape(0), heads = q.shape(1), hd = q.shape(2);
   const int64_t slots = kc.shape(0), kv = kc.shape(1), max_ctx = kc.shape(2);
-  const bool f16 = kc.dtype() == nb::dtype<uint16_t>();
-  require(f16 || kc.dtype() == nb::dtype<float>(), "attention: the KV cache must be float32 or float16 (as uint16)");
   bool same = vc.dtype() == kc.dtype();
   for (int d = 0; d < 4; ++d) same = same && vc.shape(d) == kc.shape(d);
   require(same, "attention: k and v caches must match in shape and dtype");
   require(heads > 0 && hd > 0, "attention: q must be [rows, heads > 0, hd > 0]");
-  require(kc.shape(3) == (size_t)hd && kv > 0 && heads % kv == 0,
-          "attention: cache must be [slots, kv_heads, max_ctx, hd] with heads % kv_heads == 0");
+  const KvType kvt = cache_type(kc, hd, "attention");
+  require(kv > 0 && heads % kv == 0, "attention: cache must be [slots, kv_heads, max_ctx, row] with heads % kv_heads == 0");
   require(hd <= kMaxHeadDim, "attention: head_dim above 512 is not supported");
   require(pos.shape(0) == (size_t)R && slot.shape(0) == (size_t)R, "attention: pos and slot must have one entry per row of q");
   require(is_shape(o, R, heads * hd), "attention: out must be [rows, heads*hd]");
@@ -87,9 +96,19 @@ void attention_rows(nb::handle hq, nb::handle hkc, nb::handle hvc, nb::handle hp
   if (R == 0) return;
   nb::gil_scoped_release release;
   KernelsRunning running(settings_mutex());
-  const AttnCall c{q.data(), o.data(), kc.data(), vc.data(), f16, pos.data(), slot.data(), R, heads, kv, hd, max_ctx,
-                   kv * max_ctx * hd, window, softcap};
+  const AttnCall c{q.data(), o.data(), kc.data(), vc.data(), kvt, pos.data(), slot.data(), R, heads, kv, hd, max_ctx,
+                   kv * max_ctx * kv_row_units(kvt, hd), window, softcap};
   attention(c, active_kernels().ops, nullptr, split_min);
+}
+
+// The int8 cache's row write, as the decoder runs it: x [n, hd] float32 -> out [n, hd + 4] int8 (tests).
+void kv_quantize_rows(nb::handle hx, nb::handle hout) {
+  auto x = in<float, 2>(hx, "kv_quantize_rows: x");
+  auto o = out<int8_t, 2>(hout, "kv_quantize_rows: out");
+  const int64_t n = x.shape(0), hd = x.shape(1);
+  require(is_shape(o, n, hd + 4), "kv_quantize_rows: out must be [n, hd + 4]");
+  const OpsTable& ops = active_kernels().ops;
+  for (int64_t i = 0; i < n; ++i) ops.kv_quantize_row(x.data() + i * hd, hd, o.data() + i * (hd + 4));
 }
 
 }  // namespace
@@ -100,5 +119,7 @@ void bind_attention(nb::module_& m) {
   m.def("attention", &attention_rows, nb::arg("q"), nb::arg("kc"), nb::arg("vc"), nb::arg("pos"), nb::arg("slot"),
         nb::arg("out"), nb::arg("window") = 0, nb::arg("softcap") = 0.f, nb::arg("split_min") = kAttnSplitMin,
         "causal attention of rows over a multi-slot KV cache, as the decoder runs it (tests)");
+  m.def("kv_quantize_rows", &kv_quantize_rows, nb::arg("x"), nb::arg("out"),
+        "int8 KV cache rows (values, then the float32 scale) as the decoder writes them (tests)");
 }
 }  // namespace lowbit

@@ -52,6 +52,14 @@ struct FloatWeights {
   int64_t M, K;
 };
 
+// The KV cache's element type. kI8: a row (one position of one kv head) is hd int8 values and then its
+// float32 scale (max |x| / 127, unaligned), hd + 4 bytes: K/V at half the bytes of float16, the scale next to
+// its values so one stream (and one pointer) carries both. The array holding it is int8 [..., hd + 4].
+enum class KvType : int { kF32 = 0, kF16 = 1, kI8 = 2 };
+inline int64_t kv_row_units(KvType t, int64_t hd) { return t == KvType::kI8 ? hd + 4 : hd; }  // array elements
+inline int64_t kv_unit_bytes(KvType t) { return t == KvType::kF32 ? 4 : t == KvType::kF16 ? 2 : 1; }
+inline int64_t kv_row_bytes(KvType t, int64_t hd) { return kv_row_units(t, hd) * kv_unit_bytes(t); }
+
 // Attention of a block of queries that share one K/V stream (attn.inc): the heads of one GQA group, for
 // `rows` consecutive query rows of one sequence (a prefill block; 1 row in decode). Query (i, g) is at
 // q + i * row_stride + g * hd (RoPE'd and scaled), its output at the same offset of out. Row i attends
@@ -63,8 +71,8 @@ struct AttnBlock {
   float* out;
   int64_t rows, group, row_stride, hd;  // hd <= kMaxHeadDim
   const int64_t *lo, *hi;               // [rows]
-  const void *K, *V;                    // [t][hd] rows of one kv head, float16 (as uint16) or float32
-  bool f16;
+  const void *K, *V;                    // [t] rows of one kv head (KvType: float32, float16 as uint16, int8 + scale)
+  KvType kv;
   float softcap;                        // > 0: scores -> softcap * tanh(scores / softcap) (Gemma 2)
   float* part;                          // [rows * group][2] or null
   // The stream the caller runs next (its next kv head), or null: the tile loop's prefetch, past this
@@ -81,6 +89,7 @@ struct OpsTable {
   void (*attn_block)(const AttnBlock& a);
   void (*act_mul)(float* g, const float* u, int64_t n, int act);
   void (*f32_to_f16_row)(const float* src, uint16_t* dst, int64_t n);
+  void (*kv_quantize_row)(const float* x, int64_t hd, int8_t* dst);  // one KvType::kI8 row (ops.inc)
 };
 
 // One ISA's kernels. Each processes row blocks [b0, b1) for all N tokens; y is [N][ldy].

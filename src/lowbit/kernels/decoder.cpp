@@ -153,10 +153,13 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
       rope(qh, G, hd, C, S);
       rope(kh, 1, hd, C, S);
       for (int64_t i = 0; i < G * hd; ++i) qh[i] *= qscale;
-      const int64_t at = slot[r] * slot_stride_ + (h * s_.max_ctx + pos[r]) * hd;
-      if (s_.kv_f16) {
+      const int64_t at = slot[r] * slot_stride_ + (h * s_.max_ctx + pos[r]) * kv_row_units(s_.kv, hd);
+      if (s_.kv == KvType::kF16) {
         ops.f32_to_f16_row(kh, static_cast<uint16_t*>(L.kc) + at, hd);
         ops.f32_to_f16_row(vh, static_cast<uint16_t*>(L.vc) + at, hd);
+      } else if (s_.kv == KvType::kI8) {
+        ops.kv_quantize_row(kh, hd, static_cast<int8_t*>(L.kc) + at);
+        ops.kv_quantize_row(vh, hd, static_cast<int8_t*>(L.vc) + at);
       } else {
         std::copy(kh, kh + hd, static_cast<float*>(L.kc) + at);
         std::copy(vh, vh + hd, static_cast<float*>(L.vc) + at);
@@ -173,7 +176,7 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
       laps.lap(kProfRest);
     }
     {
-      const AttnCall c{q, att, L.kc, L.vc, s_.kv_f16, pos, slot, R, s_.n_heads, s_.n_kv, hd, s_.max_ctx,
+      const AttnCall c{q, att, L.kc, L.vc, s_.kv, pos, slot, R, s_.n_heads, s_.n_kv, hd, s_.max_ctx,
                        slot_stride_, L.window, s_.softcap};
       const NextPrefetch nx = next_of(&L.o);
       attention(c, ops, &nx, attn_split_min_, R == 1 ? &fused : nullptr);

@@ -24,8 +24,8 @@ struct DecoderLayer {
   const float* ln2 = nullptr;       // [hidden]
   const float* attn_sub = nullptr;  // [heads*hd] or null (BitNet)
   const float* ffn_sub = nullptr;   // [inter] or null (BitNet)
-  void* kc = nullptr;               // [kv_heads][max_ctx][hd], this layer's slice of the static cache,
-  void* vc = nullptr;               // float32 or float16 (DecoderShape::kv_f16)
+  void* kc = nullptr;               // [kv_heads][max_ctx][row], this layer's slice of the static cache,
+  void* vc = nullptr;               // of DecoderShape::kv (row: hd, or hd + 4 int8 with the scale)
   // family extras (set_layer_extras), all optional:
   const float* q_norm = nullptr;     // [hd]: RMSNorm of every q head before RoPE (Qwen 3)
   const float* k_norm = nullptr;     // [hd]: same for k
@@ -38,7 +38,7 @@ struct DecoderShape {
   int64_t hidden, n_heads, n_kv, hd, inter, max_ctx;
   float eps;
   int act;      // 0 SiLU, 1 squared ReLU, 2 GELU (tanh)
-  bool kv_f16;  // the cache holds float16
+  KvType kv;    // what the cache holds
   float qscale = 0.f;   // q multiplier before q.k; 0: 1/sqrt(hd)
   float softcap = 0.f;  // attention logit soft-cap (Gemma 2); 0: none
 };

@@ -155,11 +155,16 @@ nb::dict profile_dict(const StepProfile& p) {
 
 namespace lowbit {
 
+// The array dtype a cache of KvType t has.
+static nb::dlpack::dtype kv_dtype(KvType t) {
+  return t == KvType::kF32 ? nb::dtype<float>() : t == KvType::kF16 ? nb::dtype<uint16_t>() : nb::dtype<int8_t>();
+}
+
 void bind_decoder(nb::module_& m) {
   nb::class_<PyDecoder>(m, "Decoder")
       .def("__init__",
            [](PyDecoder* self, int64_t hidden, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t inter, int64_t max_ctx,
-              float eps, int act, nb::handle hc, nb::handle hs, bool kv_f16) {
+              float eps, int act, nb::handle hc, nb::handle hs, int kv) {
              constexpr int64_t kDim = int64_t(1) << 20;
              require(hidden > 0 && hidden <= kDim && inter > 0 && inter <= kDim, "Decoder: hidden and intermediate sizes must be in [1, 2^20]");
              require(n_heads > 0 && n_heads <= 4096 && n_kv > 0, "Decoder: head counts must be positive (at most 4096 heads)");
@@ -168,11 +173,12 @@ void bind_decoder(nb::module_& m) {
              require(max_ctx > 0 && max_ctx <= (int64_t(1) << 24), "Decoder: max_ctx must be in [1, 2^24]");
              require(act == 0 || act == 1 || act == 2, "Decoder: act must be 0 (SiLU), 1 (squared ReLU) or 2 (GELU)");
              require(eps >= 0.f && eps < 1.f, "Decoder: rms_norm_eps must be in [0, 1)");
+             require(kv >= 0 && kv <= 2, "Decoder: kv must be 0 (float32 cache), 1 (float16) or 2 (int8 rows with their scale)");
              auto c = in<float, 2>(hc, "Decoder: rope C");
              auto s = in<float, 2>(hs, "Decoder: rope S");
              require(c.shape(0) >= (size_t)max_ctx && c.shape(1) == (size_t)hd, "Decoder: rope C must be [>= max_ctx, hd]");
              require(s.shape(0) >= (size_t)max_ctx && s.shape(1) == (size_t)hd, "Decoder: rope S must be [>= max_ctx, hd]");
-             new (self) PyDecoder(DecoderShape{hidden, n_heads, n_kv, hd, inter, max_ctx, eps, act, kv_f16}, c.data(), s.data());
+             new (self) PyDecoder(DecoderShape{hidden, n_heads, n_kv, hd, inter, max_ctx, eps, act, KvType(kv)}, c.data(), s.data());
              self->keep = {nb::borrow(hc), nb::borrow(hs)};
            })
       .def("add_layer",
@@ -199,23 +205,19 @@ void bind_decoder(nb::module_& m) {
              L.attn_sub = attn_sub.is_none() ? nullptr : norm_weight(attn_sub, "add_layer: attn_sub", qd).data();
              L.ffn_sub = ffn_sub.is_none() ? nullptr : norm_weight(ffn_sub, "add_layer: ffn_sub", s.inter).data();
              // The cache is written in place (prefill in numpy writes the same arrays): exact dtype, writable.
-             if (s.kv_f16) {
-               auto kc = out<uint16_t, 3>(hkc, "add_layer: k cache (float16 passed as a uint16 view)");
-               auto vc = out<uint16_t, 3>(hvc, "add_layer: v cache (float16 passed as a uint16 view)");
-               require(kc.shape(0) == (size_t)s.n_kv && kc.shape(1) == (size_t)s.max_ctx && kc.shape(2) == (size_t)s.hd &&
-                           vc.shape(0) == kc.shape(0) && vc.shape(1) == kc.shape(1) && vc.shape(2) == kc.shape(2),
-                       "add_layer: k and v caches must be [kv_heads, max_ctx, hd]");
-               L.kc = kc.data();
-               L.vc = vc.data();
-             } else {
-               auto kc = out<float, 3>(hkc, "add_layer: k cache");
-               auto vc = out<float, 3>(hvc, "add_layer: v cache");
-               require(kc.shape(0) == (size_t)s.n_kv && kc.shape(1) == (size_t)s.max_ctx && kc.shape(2) == (size_t)s.hd &&
-                           vc.shape(0) == kc.shape(0) && vc.shape(1) == kc.shape(1) && vc.shape(2) == kc.shape(2),
-                       "add_layer: k and v caches must be [kv_heads, max_ctx, hd]");
-               L.kc = kc.data();
-               L.vc = vc.data();
-             }
+             auto kc = any_out<3>(hkc, "add_layer: k cache");
+             auto vc = any_out<3>(hvc, "add_layer: v cache");
+             require(kc.dtype() == kv_dtype(s.kv) && vc.dtype() == kc.dtype(),
+                     s.kv == KvType::kF32   ? "add_layer: the k and v caches must be float32"
+                     : s.kv == KvType::kF16 ? "add_layer: the k and v caches must be float16 (passed as a uint16 view)"
+                                            : "add_layer: the k and v caches must be int8");
+             const size_t row = kv_row_units(s.kv, s.hd);
+             require(kc.shape(0) == (size_t)s.n_kv && kc.shape(1) == (size_t)s.max_ctx && kc.shape(2) == row &&
+                         vc.shape(0) == kc.shape(0) && vc.shape(1) == kc.shape(1) && vc.shape(2) == kc.shape(2),
+                     s.kv == KvType::kI8 ? "add_layer: k and v caches must be [kv_heads, max_ctx, hd + 4]"
+                                         : "add_layer: k and v caches must be [kv_heads, max_ctx, hd]");
+             L.kc = kc.data();
+             L.vc = vc.data();
              for (nb::handle h : {ln1, ln2, attn_sub, ffn_sub, hkc, hvc}) keep.push_back(nb::borrow(h));
              std::lock_guard<std::mutex> lock(self.mu);
              self.d.add_layer(L);
@@ -316,14 +318,14 @@ void bind_decoder(nb::module_& m) {
       .def("set_slots",
            [](PyDecoder& self, int64_t n_slots, int64_t slot_stride, nb::handle hk, nb::handle hv) {
              const DecoderShape& s = self.d.shape();
-             const int64_t slot_size = s.n_kv * s.max_ctx * s.hd;
+             const int64_t slot_size = s.n_kv * s.max_ctx * kv_row_units(s.kv, s.hd);
              require(n_slots >= 1, "set_slots: n_slots must be >= 1");
              require(n_slots == 1 || slot_stride >= slot_size, "set_slots: slots overlap: slot_stride too small");
              auto k = any_out<5>(hk, "set_slots: k (the whole slot cache)");
              auto v = any_out<5>(hv, "set_slots: v (the whole slot cache)");
-             const auto want = s.kv_f16 ? nb::dtype<uint16_t>() : nb::dtype<float>();
-             require(k.dtype() == want && v.dtype() == want, "set_slots: the slot cache must have the decoder's KV dtype");
-             const int64_t esz = s.kv_f16 ? 2 : 4, need = ((n_slots - 1) * slot_stride + slot_size) * esz;
+             require(k.dtype() == kv_dtype(s.kv) && v.dtype() == kv_dtype(s.kv),
+                     "set_slots: the slot cache must have the decoder's KV dtype");
+             const int64_t esz = kv_unit_bytes(s.kv), need = ((n_slots - 1) * slot_stride + slot_size) * esz;
              for (const DecoderLayer& L : self.d.layers())
                for (auto [p, a] : {std::pair{(const char*)L.kc, &k}, std::pair{(const char*)L.vc, &v}}) {
                  const char* lo = (const char*)a->data();

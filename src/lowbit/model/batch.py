@@ -18,7 +18,7 @@ import contextlib
 import numpy as np
 
 from lowbit._runtime import single_threaded_blas
-from lowbit.model.kv_cache import KVCache, SlotKVCache
+from lowbit.model.kv_cache import KVCache, SlotKVCache, kv_read, kv_write
 from lowbit.model.layers import rms_norm
 from lowbit.model.llama import _softmax_, project
 
@@ -203,11 +203,11 @@ class BatchDecoder:
                 k = qk[:, blk.n_heads:]
                 o = np.empty((B, blk.n_heads * blk.hd), np.float32)
                 for b, (s, p) in enumerate(zip(slots, pos)):
-                    kc, vc = self.cache.k[li, s], self.cache.v[li, s]  # [kv, max_ctx, hd]
-                    kc[:, p] = k[b]
-                    vc[:, p] = v[b]
+                    kc, vc = self.cache.k[li, s], self.cache.v[li, s]  # [kv, max_ctx, row]
+                    kv_write(kc, p, k[b][:, None])
+                    kv_write(vc, p, v[b][:, None])
                     t0 = p + 1 - blk.window if blk.window is not None and p + 1 > blk.window else 0  # sliding window
-                    kt, vt = kc[:, t0:p + 1].astype(np.float32), vc[:, t0:p + 1].astype(np.float32)
+                    kt, vt = kv_read(kc, t0, p + 1), kv_read(vc, t0, p + 1)
                     sc = blk._cap_(np.matmul(q[b].reshape(blk.n_kv, blk.group, blk.hd), kt.transpose(0, 2, 1)))  # [kv, g, t]
                     o[b] = np.matmul(_softmax_(sc), vt).reshape(-1)  # [kv, g, hd]
                 x = blk._out(x, o)

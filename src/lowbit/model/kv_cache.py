@@ -1,7 +1,9 @@
 """The static KV cache (NITRO's fixed-size cache): allocated once at the maximum context.
 
     k, v: [layers, kv_heads, max_ctx, head_dim], float16 (the default for quantized models: half the bytes
-          attention reads per token, as llama.cpp and bitnet.cpp keep it) or float32 (the f32 reference path)
+          attention reads per token, as llama.cpp and bitnet.cpp keep it) or float32 (the f32 reference path);
+          or int8 [layers, kv_heads, max_ctx, head_dim + 4]: each row its int8 values, then their float32
+          scale (max |x| / 127) in the last 4 bytes -- half float16's bytes again (`kv_cache="int8"`)
 
 Positions 0..length-1 are filled; attention reads only that part (k[l, :, :length]). np.zeros maps
 the buffer lazily, so memory grows with the filled length, not with max_ctx. `tokens` remembers which
@@ -10,6 +12,63 @@ ids fill the cache, so a new prompt that extends the old one (multi-turn chat) r
 from __future__ import annotations
 
 import numpy as np
+
+
+KV_TYPES = {"f32": np.float32, "f16": np.float16, "int8": np.int8}  # the names the API and CLI take
+
+
+def kv_dtype(name: str) -> np.dtype:
+    """The cache dtype of a --kv-cache name ("f32", "f16", "int8")."""
+    if name not in KV_TYPES:
+        raise ValueError(f"unknown KV cache type {name!r}; use one of {', '.join(KV_TYPES)}")
+    return np.dtype(KV_TYPES[name])
+
+
+def kv_kind(dtype) -> int:
+    """The native Decoder's code of a cache dtype: 0 float32, 1 float16, 2 int8 (KvType in common.h)."""
+    return {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.int8): 2}[np.dtype(dtype)]
+
+
+def kv_row(dtype, head_dim: int) -> int:
+    """Elements of a cache row: head_dim, or head_dim + 4 for int8 (the values, then the float32 scale)."""
+    return head_dim + 4 if np.dtype(dtype) == np.int8 else head_dim
+
+
+def quantize_kv_rows(x: np.ndarray) -> np.ndarray:
+    """float32 [..., hd] -> int8 rows [..., hd + 4]: the scale max|x| / 127, q = rint(x / scale), then the
+    scale's float32 bytes. A row whose scale is 0 gets zeros; a row with NaN or inf gets zeros and scale NaN.
+    The native cache write (kv_quantize_row in kernels/ops.inc) gives the same bytes."""
+    x = np.asarray(x, np.float32)
+    hd = x.shape[-1]
+    amax = np.abs(x).max(axis=-1, keepdims=True) if hd else np.zeros(x.shape[:-1] + (1,), np.float32)
+    scale = np.where(np.isfinite(amax), amax / np.float32(127), np.float32(np.nan)).astype(np.float32)
+    ok = scale > 0  # False for zero, tiny and NaN scales: those rows keep q = 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(ok, np.rint(x / np.where(ok, scale, np.float32(1))), 0).clip(-127, 127).astype(np.int8)
+    out = np.empty(x.shape[:-1] + (hd + 4,), np.int8)
+    out[..., :hd] = q
+    out[..., hd:] = scale.view(np.int8).reshape(x.shape[:-1] + (4,))
+    return out
+
+
+def dequantize_kv_rows(rows: np.ndarray) -> np.ndarray:
+    """int8 rows [..., hd + 4] -> float32 [..., hd] (the values times their scale)."""
+    scale = np.ascontiguousarray(rows[..., -4:]).view(np.float32)  # [..., 1]
+    return rows[..., :-4].astype(np.float32) * scale
+
+
+def kv_write(buf: np.ndarray, pos: int, x: np.ndarray) -> None:
+    """Writes x [kv_heads, n, hd] at positions pos..pos+n-1 of one layer's cache buf [kv_heads, max_ctx, row]."""
+    n = x.shape[1]
+    buf[:, pos:pos + n] = quantize_kv_rows(x) if buf.dtype == np.int8 else x
+
+
+def kv_read(buf: np.ndarray, t0: int, t1: int) -> np.ndarray:
+    """Positions t0..t1-1 of one layer's cache buf [kv_heads, max_ctx, row] as float32 [kv_heads, t, hd]."""
+    part = buf[:, t0:t1]
+    if buf.dtype == np.int8:
+        return dequantize_kv_rows(part)
+    return part if part.dtype == np.float32 else part.astype(np.float32)
 
 
 class ContextOverflowError(ValueError):
@@ -54,13 +113,18 @@ class CacheIndex:
         return n
 
 
+def _check_dtype(dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int8)):
+        raise ValueError(f"the KV cache is float32, float16 or int8, not {dtype}")
+    return dtype
+
+
 class KVCache(CacheIndex):
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int, dtype=np.float32):
         super().__init__(max_ctx)
-        dtype = np.dtype(dtype)
-        if dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
-            raise ValueError(f"the KV cache is float32 or float16, not {dtype}")
-        shape = (n_layers, n_kv_heads, max_ctx, head_dim)
+        dtype = _check_dtype(dtype)
+        shape = (n_layers, n_kv_heads, max_ctx, kv_row(dtype, head_dim))
         self.k = np.zeros(shape, dtype)  # k: [layers, kv_heads, max_ctx, head_dim]
         self.v = np.zeros(shape, dtype)  # v: [layers, kv_heads, max_ctx, head_dim]
 
@@ -88,7 +152,8 @@ class KVCache(CacheIndex):
 class SlotKVCache:
     """The multi-slot static cache of batched decoding: one slot per sequence, allocated once.
 
-        k, v: [layers, slots, kv_heads, max_ctx, head_dim]; slot(i) is a KVCache over k[:, i], v[:, i]
+        k, v: [layers, slots, kv_heads, max_ctx, row]; slot(i) is a KVCache over k[:, i], v[:, i]
+        (row: head_dim, or head_dim + 4 for int8, as in KVCache)
 
     Each layer's slice k[l, s] is contiguous, so the native batched step reaches slot s of layer l at a
     fixed stride (k.strides[1]) from slot 0. Memory grows with what is written (np.zeros maps lazily).
@@ -100,10 +165,8 @@ class SlotKVCache:
             raise ValueError(f"the cache needs at least one slot, got {n_slots}")
         if max_ctx < 1:
             raise ValueError(f"max context must be >= 1, got {max_ctx}")
-        dtype = np.dtype(dtype)
-        if dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
-            raise ValueError(f"the KV cache is float32 or float16, not {dtype}")
-        shape = (n_layers, n_slots, n_kv_heads, max_ctx, head_dim)
+        dtype = _check_dtype(dtype)
+        shape = (n_layers, n_slots, n_kv_heads, max_ctx, kv_row(dtype, head_dim))
         self.k = np.zeros(shape, dtype)
         self.v = np.zeros(shape, dtype)
         self.max_ctx = max_ctx

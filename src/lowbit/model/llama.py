@@ -23,7 +23,7 @@ import numpy as np
 from lowbit._runtime import single_threaded_blas
 from lowbit.formats import Activations, PackedWeight, matmul_many
 from lowbit.model.config import ModelArgs, check_supported, sliding_window_active
-from lowbit.model.kv_cache import KVCache
+from lowbit.model.kv_cache import KVCache, kv_dtype, kv_read, kv_write
 from lowbit.model.layers import ACTIVATIONS, Embedding, Linear, Rope, as_packed, rms_norm, soft_cap_
 
 DEFAULT_MAX_CONTEXT = 8192  # cap on the cache when neither the config nor the user asks for less
@@ -129,20 +129,17 @@ class Block:
         return soft_cap_(s, self.softcap)
 
     def _kv(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """The filled cache, float32 [kv_heads, t, hd] each (a float16 cache is widened once: numpy's
+        """The filled cache, float32 [kv_heads, t, hd] each (a float16 or int8 cache is widened once: numpy's
         matmul on mixed dtypes would not use BLAS)."""
-        kc, vc = self.kc[:, :t], self.vc[:, :t]
-        if kc.dtype != np.float32:
-            kc, vc = kc.astype(np.float32), vc.astype(np.float32)
-        return kc, vc
+        return kv_read(self.kc, 0, t), kv_read(self.vc, 0, t)
 
     def forward(self, x: np.ndarray, pos: int) -> np.ndarray:
         """The numpy reference of the block. x: [n, hidden] at positions pos..pos+n-1 -> [n, hidden] (causal
         over the cache and the new rows, within the sliding window if any); writes K/V at those positions."""
         n = x.shape[0]
         q, k, v = self._qkv(x, pos)
-        self.kc[:, pos:pos + n] = k.transpose(1, 0, 2)
-        self.vc[:, pos:pos + n] = v.transpose(1, 0, 2)
+        kv_write(self.kc, pos, k.transpose(1, 0, 2))
+        kv_write(self.vc, pos, v.transpose(1, 0, 2))
         t = pos + n
         mask = np.triu(np.full((n, t), -np.inf, np.float32), k=pos + 1)  # [n, t]: causal
         if self.window is not None:  # query pos+i sees keys j with pos+i - j < window
@@ -175,7 +172,7 @@ class Model:
 
     def __init__(self, args: ModelArgs, weights: Mapping[str, object], tokenizer=None,
                  max_context: int | None = None, format: str | None = None, native_decode: bool | None = None,
-                 **quant_options):
+                 kv_cache: str | None = None, **quant_options):
         self.args = args
         check_supported({**args.extra, "model_type": args.model_type}, "config")
         self.tokenizer = tokenizer
@@ -192,9 +189,9 @@ class Model:
         # float16 K/V for quantized models (half the bytes attention reads); float32 on the f32 reference path
         q0 = weights.get("model.layers.0.self_attn.q_proj.weight")
         q_format = q0.format if isinstance(q0, PackedWeight) else (format or "f32")
-        kv_dtype = np.float32 if q_format == "f32" else np.float16
+        self.kv_cache = kv_cache or ("f32" if q_format == "f32" else "f16")
         self.cache = KVCache(args.num_hidden_layers, args.num_key_value_heads, args.head_dim, self.max_context,
-                             kv_dtype)
+                             kv_dtype(self.kv_cache))
         self.rope = self.make_rope()
         self.embed = Embedding(self._get("model.embed_tokens.weight"))  # [vocab, hidden]
         self.layers = [Block(self, i, self._get) for i in range(args.num_hidden_layers)]
@@ -219,11 +216,12 @@ class Model:
     @classmethod
     def from_weights(cls, config: dict | ModelArgs, weights: Mapping[str, object], tokenizer=None,
                      max_context: int | None = None, format: str | None = None, native_decode: bool | None = None,
-                     **quant_options) -> "Model":
+                     kv_cache: str | None = None, **quant_options) -> "Model":
         """Builds the architecture named by config["model_type"] from in-memory weights.
 
         weights: HF name -> PackedWeight | float array; format: quantize float linears to it (default f32);
-        native_decode: prefill and decode through the C++ step (default on unless LOWBIT_NATIVE_DECODE=0).
+        native_decode: prefill and decode through the C++ step (default on unless LOWBIT_NATIVE_DECODE=0);
+        kv_cache: "f32", "f16" or "int8" (default: f32 for an f32 model, else f16).
         """
         from lowbit.model import get_model_class
 
@@ -231,7 +229,8 @@ class Model:
             check_supported(config, "config")  # before ModelArgs, which cannot hold some of what it refuses
         args = config if isinstance(config, ModelArgs) else ModelArgs.from_config(config)
         return get_model_class(args.model_type)(args, weights, tokenizer=tokenizer, max_context=max_context,
-                                                format=format, native_decode=native_decode, **quant_options)
+                                                format=format, native_decode=native_decode, kv_cache=kv_cache,
+                                                **quant_options)
 
     def attention_scale(self) -> float:
         return 1.0 / float(np.sqrt(self.args.head_dim))
@@ -341,6 +340,17 @@ class Model:
     def reset(self) -> None:
         """Empties the KV cache (it stays allocated)."""
         self.cache.reset()
+
+    def set_kv_cache(self, kind: str) -> None:
+        """Re-allocates the KV cache as `kind` ("f32", "f16" or "int8"), empty; the native step is rebuilt on
+        its next use. int8 keeps each row's values and its scale (kv_cache.py): half of float16's bytes."""
+        dtype = kv_dtype(kind)
+        a = self.args
+        self.cache = KVCache(a.num_hidden_layers, a.num_key_value_heads, a.head_dim, self.max_context, dtype)
+        for i, blk in enumerate(self.layers):
+            blk.kc, blk.vc = self.cache.k[i], self.cache.v[i]
+        self.kv_cache = kind
+        self._native = None
 
     def prefill(self, ids, all_logits: bool = False, chunk: int = PREFILL_CHUNK) -> np.ndarray:
         """Runs ids after the cached positions, `chunk` tokens per native forward (GEMMs over the chunk).

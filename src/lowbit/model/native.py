@@ -19,6 +19,7 @@ from lowbit.formats.intcodes import IntCodeWeight
 from lowbit.formats.rsr import RSRWeight
 from lowbit.formats.tq1 import TQ1Weight
 from lowbit.model.hugepages import codes_to_hugepages
+from lowbit.model.kv_cache import kv_kind
 
 LOGITS_OF = {"none": 0, "last": 1, "all": 2}
 ACTS = {"silu": 0, "swish": 0, "relu2": 1, "gelu_pytorch_tanh": 2, "gelu_tanh": 2}
@@ -88,10 +89,10 @@ class NativeDecoder:
         C = np.ascontiguousarray(rope.C, np.float32)
         S = np.ascontiguousarray(rope.S, np.float32)
         cache = slots if slots is not None else model.cache
-        kv_f16 = cache.k.dtype == np.float16
+        kv_f16 = cache.k.dtype == np.float16  # passed as uint16 views
         try:  # a shape or constant outside what the step takes (e.g. head_dim > 512) -> the reason
             dec = _native.Decoder(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
-                                  a.intermediate_size, cache.max_ctx, float(a.rms_norm_eps), act, C, S, kv_f16)
+                                  a.intermediate_size, cache.max_ctx, float(a.rms_norm_eps), act, C, S, kv_kind(cache.k.dtype))
         except ValueError as e:
             return str(e)
         keep = [C, S, head]
