@@ -73,3 +73,14 @@ def test_cache_root_env(monkeypatch, tmp_path):
 def test_missing_source():
     with pytest.raises(FileNotFoundError):
         lowbit.load("/nonexistent/model.gguf")
+
+
+def test_load_with_an_int8_kv_cache(tiny_dir):
+    llm = lowbit.load(tiny_dir, kv_cache="int8")
+    assert llm.model.kv_cache == "int8" and llm.model.cache.k.dtype == np.int8
+    text = llm.generate("The quick", max_tokens=8)
+    assert text and llm.generate("The quick", max_tokens=8) == text  # the cache re-used or not, the same tokens
+    with pytest.raises(ValueError, match="unknown KV cache type 'q4'"):
+        lowbit.load(tiny_dir, kv_cache="q4")
+    with pytest.raises(ValueError, match="kv_cache applies to backend='native'"):
+        lowbit.load(tiny_dir, backend="openvino", kv_cache="int8")

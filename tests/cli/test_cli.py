@@ -144,6 +144,13 @@ def test_lm_head_and_embed_formats_reach_load(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["run", "-m", str(tmp_path), "-p", "hi"])
     assert seen["lm_head_format"] is None and seen["embed_format"] is None  # the conversion defaults
+    assert seen["kv_cache"] is None  # the model's own (float16 for a quantized one)
+    seen.clear()
+    with pytest.raises(SystemExit):
+        main(["serve", "-m", str(tmp_path), "--kv-cache", "int8"])
+    assert seen["kv_cache"] == "int8"
+    with pytest.raises(SystemExit):
+        main(["run", "-m", str(tmp_path), "--kv-cache", "int4"])  # argparse: not a choice
 
 
 def test_run_default_model(capsys):

@@ -268,3 +268,22 @@ def test_random_bodies_never_500(client):
             assert r.json()["usage"]["completion_tokens"] <= 2 or "max_tokens" not in body
     assert seen == {200, 400}  # both valid and invalid bodies were drawn
     assert client.get("/health").json()["status"] == "ok"
+
+
+def test_int8_kv_cache_server_equals_local(tmp_path):
+    """A server whose slots hold an int8 KV cache answers concurrent requests as the same model one at a time."""
+    llm = lowbit.load(write_tiny_dir(tmp_path / "tiny"), kv_cache="int8")
+    want = [llm.generate(p, max_tokens=12) for p in PROMPTS[:4]]
+    with Server(llm, port=0, max_batch=4) as srv:
+        assert srv.engine.runner.cache.k.dtype == np.int8  # the slots
+        got = [None] * 4
+
+        def ask(i):
+            with httpx.Client(base_url=srv.url, timeout=60) as c:
+                got[i] = c.post("/v1/completions", json={"prompt": PROMPTS[i], "max_tokens": 12, "temperature": 0}).json()
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert [g["choices"][0]["text"] for g in got] == want
