@@ -90,6 +90,9 @@ def test_e2e_shape_json(capsys, head, head_bytes):
     res = json.loads(capsys.readouterr().out)
     b = res["bytes_per_token"]
     assert b["total"] == b["blocks"] + b["lm_head"] + b["kv_cache"] and b["lm_head"] == head_bytes
+    assert main(args + ["--json", "--kv-cache", "int8"]) == 0  # K/V rows of 96 int8 values + a float32 scale
+    b8 = json.loads(capsys.readouterr().out)["bytes_per_token"]
+    assert b8["kv_cache"] * 96 * 2 == b["kv_cache"] * 100
     assert res["model"].startswith(f"bitnet-0.7b (ternary, lm_head {head or 'int8'}")
     assert res["tg_tps"] > 0 and res["pp_tps"] > 0 and 0 < res["roofline_fraction"]
     # one block: q, k, v, o (1536 x 1536) + gate, up, down (1536 x 4096) per token; lm_head once per 8 tokens

@@ -39,9 +39,9 @@ def test_bench_serve_shape_json(capsys):
 
 def test_bench_serve_table_and_bad_args(capsys):
     assert main(["bench", "serve", "--shape", "bitnet-0.7b", "--layers", "1", "--requests", "2", "-p", "3", "-n", "2",
-                 "--clients", "1", "--prompt-pool", "1"]) == 0
+                 "--clients", "1", "--prompt-pool", "1", "--kv-cache", "int8"]) == 0
     out = capsys.readouterr().out
-    assert "aggregate tok/s" in out and "TTFT" in out and "prompt tok/s" in out
+    assert "aggregate tok/s" in out and "TTFT" in out and "prompt tok/s" in out and "int8 KV cache" in out
     assert main(["bench", "serve", "--shape", "bitnet-0.7b", "--layers", "1", "--clients", "1,x"]) == 1
     assert "--clients" in capsys.readouterr().err
 

@@ -224,6 +224,8 @@ def add_parser(bsub) -> None:
                         "conversion setting of a GGUF / HF source")
     e.add_argument("--layers", type=int, default=None, help="override the number of layers of --shape (memory)")
     e.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
+    e.add_argument("--kv-cache", choices=("f16", "int8", "f32"), default=None,
+                   help="what the KV cache holds (default: the model's, f16 for a quantized one)")
     e.add_argument("-p", "--prompt-tokens", type=int, default=128, help="prompt length (default 128)")
     e.add_argument("-n", "--gen-tokens", type=int, default=64, help="generated tokens (default 64)")
     e.add_argument("-r", "--repeats", type=int, default=3, help="timed repeats after one warm-up (default 3)")
@@ -249,6 +251,9 @@ def main(args) -> int:
         llm = load(args.model or _default_model(), format=args.format, lm_head_format=args.lm_head_format)
         model = llm.model
         label = str(args.model or "default model")
+    if args.kv_cache:
+        model.set_kv_cache(args.kv_cache)
+        label += f", {args.kv_cache} KV cache"
     res = bench(model, threads, args.prompt_tokens, args.gen_tokens, args.repeats, label)
     if args.profile:
         from lowbit.model.profile import step_profile

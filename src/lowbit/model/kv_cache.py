@@ -35,16 +35,18 @@ def kv_row(dtype, head_dim: int) -> int:
 
 
 def quantize_kv_rows(x: np.ndarray) -> np.ndarray:
-    """float32 [..., hd] -> int8 rows [..., hd + 4]: the scale max|x| / 127, q = rint(x / scale), then the
-    scale's float32 bytes. A row whose scale is 0 gets zeros; a row with NaN or inf gets zeros and scale NaN.
-    The native cache write (kv_quantize_row in kernels/ops.inc) gives the same bytes."""
+    """float32 [..., hd] -> int8 rows [..., hd + 4]: the scale max|x| / 127, q = rint(x * (1 / scale)), then the
+    scale's float32 bytes. A row whose scale is below float32's smallest normal (zeros, tiny values) gets zeros;
+    a row with NaN or inf gets zeros and scale NaN. The native cache write (kv_quantize_row in kernels/ops.inc)
+    gives the same bytes."""
     x = np.asarray(x, np.float32)
     hd = x.shape[-1]
     amax = np.abs(x).max(axis=-1, keepdims=True) if hd else np.zeros(x.shape[:-1] + (1,), np.float32)
     scale = np.where(np.isfinite(amax), amax / np.float32(127), np.float32(np.nan)).astype(np.float32)
-    ok = scale > 0  # False for zero, tiny and NaN scales: those rows keep q = 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(ok, np.rint(x / np.where(ok, scale, np.float32(1))), 0).clip(-127, 127).astype(np.int8)
+    ok = scale >= np.finfo(np.float32).tiny  # False for zero, subnormal and NaN scales: those rows keep q = 0
+    inv = np.float32(1) / np.where(ok, scale, np.float32(1))
+    with np.errstate(invalid="ignore"):
+        q = np.where(ok, np.rint(x * inv), 0).clip(-127, 127).astype(np.int8)
     out = np.empty(x.shape[:-1] + (hd + 4,), np.int8)
     out[..., :hd] = q
     out[..., hd:] = scale.view(np.int8).reshape(x.shape[:-1] + (4,))
