@@ -72,6 +72,9 @@ def test_info(tiny_dir, capsys):
     fmts = {t["name"]: t["format"] for t in info["tensors"]}
     assert fmts["lm_head.weight"] == "int8" and fmts["model.embed_tokens.weight"] == "bf16"
     assert info["disk_bytes"] > 0 and info["params"] > 0
+    a = info["architecture"]  # float16 K/V, and int8 rows of head_dim values + a float32 scale
+    assert info["kv_bytes_per_token"] == a["layers"] * a["kv_heads"] * a["head_dim"] * 2 * 2
+    assert info["kv_int8_bytes_per_token"] == a["layers"] * a["kv_heads"] * (a["head_dim"] + 4) * 2
 
 
 def test_perplexity(tiny_dir, tmp_path, capsys):

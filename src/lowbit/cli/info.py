@@ -73,6 +73,7 @@ def gather(path) -> dict:
     q_format = next((t["format"] for t in tensors if t["name"].endswith("self_attn.q_proj.weight")), "")
     kv_dtype = "float32" if getattr(ck, "kind", "") == "lowbit" and q_format == "f32" else "float16"
     kv_per_token = a.num_hidden_layers * a.num_key_value_heads * a.head_dim * 2 * (4 if kv_dtype == "float32" else 2)
+    kv_int8_per_token = a.num_hidden_layers * a.num_key_value_heads * (a.head_dim + 4) * 2  # values + a scale a row
     return dict(
         path=str(pathlib.Path(path).resolve()), kind=getattr(ck, "kind", ""),
         architecture=dict(model_type=a.model_type, architectures=cfg.get("architectures"), layers=a.num_hidden_layers,
@@ -82,7 +83,8 @@ def gather(path) -> dict:
                           activation=a.hidden_act, tied_embeddings=tied),
         params=params, weight_bytes=sum(t["nbytes"] for t in tensors),
         linear_bits_per_weight=sum(t["nbytes"] for t in linear) * 8 / max(lin_n, 1),
-        disk_bytes=disk_size(pathlib.Path(path)), kv_bytes_per_token=kv_per_token, kv_dtype=kv_dtype, tensors=tensors,
+        disk_bytes=disk_size(pathlib.Path(path)), kv_bytes_per_token=kv_per_token, kv_dtype=kv_dtype,
+        kv_int8_bytes_per_token=kv_int8_per_token, tensors=tensors,
         conversion={k: lb[k] for k in ("format", "group_size", "lm_head_format", "embed_format", "source") if k in lb})
 
 
@@ -117,7 +119,8 @@ def render(info: dict, all_tensors: bool = False) -> str:
         + f", projections at {info['linear_bits_per_weight']:.2f} bits per weight",
         f"on disk       {_mb(info['disk_bytes'])}",
         f"KV cache      {info['kv_bytes_per_token'] / 1024:.1f} KB per token "
-        f"({_mb(info['kv_bytes_per_token'] * a['context'])} at {a['context']} tokens, {info['kv_dtype']})",
+        f"({_mb(info['kv_bytes_per_token'] * a['context'])} at {a['context']} tokens, {info['kv_dtype']}; "
+        f"{info['kv_int8_bytes_per_token'] / 1024:.1f} KB with --kv-cache int8)",
     ]
     if info["conversion"]:
         lines.append("converted     " + ", ".join(f"{k}={v}" for k, v in info["conversion"].items()))
