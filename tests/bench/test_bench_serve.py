@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from lowbit.bench.serve import IdTokenizer  # noqa: E402
+from lowbit.bench.serve import IdTokenizer, level_order  # noqa: E402
 from lowbit.cli import main  # noqa: E402
 
 
@@ -17,6 +17,7 @@ def test_bench_serve_shape_json(capsys):
     assert main(args) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["max_batch"] == 3 and [lv["clients"] for lv in res["levels"]] == [1, 3]
+    assert res["order"] == [[1, 3], [3, 6], [1, 3]]  # the sandwich: one client's halves around the 3 clients
     for lv in res["levels"]:
         assert lv["completed"] == 6 and lv["failed"] == 0 and lv["lost"] == 0
         assert lv["completion_tokens"] == 6 * 4  # no EOS in a random shape: every request runs to max_tokens
@@ -51,3 +52,10 @@ def test_id_tokenizer():
     assert tok.decode([1, 22]) == " <1> <22>"
     with pytest.raises(ValueError, match="token ids"):
         tok.encode("text")
+
+
+def test_level_order():
+    assert level_order(3, 10) == [(0, 0, 5), (1, 0, 5), (2, 0, 10), (1, 5, 10), (0, 5, 10)]
+    assert level_order(3, 10, sandwich=False) == [(0, 0, 10), (1, 0, 10), (2, 0, 10)]
+    assert level_order(1, 10) == [(0, 0, 10)] and level_order(2, 1) == [(0, 0, 1), (1, 0, 1)]
+    assert level_order(2, 7) == [(0, 0, 3), (1, 0, 7), (0, 3, 7)]  # every request of every level, once

@@ -7,7 +7,9 @@ The server runs in this process (engine thread + uvicorn on 127.0.0.1, a free po
 asyncio tasks streaming /v1/completions with token-id prompts (random ids, `--prompt-tokens` long, a new
 one per request unless `--prompt-pool`, so no level gains from cached prefixes) and `max_tokens` =
 `--gen-tokens`. Each level sends exactly `--requests` requests, `clients` at a time, each with a timeout,
-so the run is bounded. A request fails unless it answers 200, streams to `data: [DONE]` and reports its
+so the run is bounded. The levels run as a sandwich (level_order): every level but the last in two halves,
+before and after the last one, so the host's drift over the run weighs about the same on each level
+(`--sequential`: each level whole, in turn). A request fails unless it answers 200, streams to `data: [DONE]` and reports its
 usage; a request is lost if it never ends. Reported per level: aggregate generated tokens/s (completion
 tokens only / wall time) and prompt tokens/s, per-request decode tokens/s (median), time to first token
 and latency (p50 / p95); `--profile` adds where each engine step's time went.
@@ -86,8 +88,8 @@ async def _one(client, url: str, prompt: list[int], gen_tokens: int, timeout: fl
             "tps": (n - 1) / (last - first) if n > 1 and last > first else float("nan")}
 
 
-async def _level(base: str, clients: int, requests: int, prompts: list[list[int]], gen_tokens: int,
-                 timeout: float) -> dict:
+async def _run(base: str, clients: int, prompts: list[list[int]], gen_tokens: int, timeout: float):
+    """One request per prompt, `clients` at a time -> (the requests' results, wall seconds)."""
     import httpx
 
     results: list[dict] = []
@@ -95,17 +97,21 @@ async def _level(base: str, clients: int, requests: int, prompts: list[list[int]
 
     async def worker(client):
         nonlocal next_i
-        while next_i < requests:
+        while next_i < len(prompts):
             i = next_i
             next_i += 1
-            results.append(await _one(client, base + "/v1/completions", prompts[i % len(prompts)], gen_tokens,
-                                      timeout))
+            results.append(await _one(client, base + "/v1/completions", prompts[i], gen_tokens, timeout))
 
     limits = httpx.Limits(max_connections=clients + 2, max_keepalive_connections=clients + 2)
     async with httpx.AsyncClient(limits=limits) as client:
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(clients)))
         wall = time.perf_counter() - t0
+    return results, wall
+
+
+def _summary(clients: int, requests: int, results: list[dict], wall: float) -> dict:
+    """A level's figures from its requests' results and its wall time (the sum over its slices)."""
     ok = [r for r in results if r["ok"]]
     errors = sorted({r["error"] for r in results if not r["ok"]})
     toks = sum(r["tokens"] for r in ok)
@@ -120,6 +126,19 @@ async def _level(base: str, clients: int, requests: int, prompts: list[list[int]
             "latency_p95_s": _pct([r["latency"] for r in ok], 95)}
 
 
+def level_order(n_levels: int, requests: int, sandwich: bool = True) -> list[tuple[int, int, int]]:
+    """The slices the levels run in: (level, first request, end). Sequential: each level whole, in turn.
+    Sandwich: every level but the last in two halves, the first halves in order, the last level whole, the
+    second halves in reverse order; so a host whose speed drifts over the run (this one's swings by a third
+    within minutes) weighs about the same on every level, and the ratios compare like with like. Only the
+    split levels pay an extra drain of their batch, and the last (the most clients) is not split."""
+    if not sandwich or n_levels == 1 or requests < 2:
+        return [(i, 0, requests) for i in range(n_levels)]
+    h = requests // 2
+    return ([(i, 0, h) for i in range(n_levels - 1)] + [(n_levels - 1, 0, requests)]
+            + [(i, h, requests) for i in reversed(range(n_levels - 1))])
+
+
 def random_prompts(rng, n: int, length: int, ids: np.ndarray) -> list[list[int]]:
     """n prompts of `length` token ids drawn from `ids`."""
     return [[int(t) for t in ids[rng.integers(0, len(ids), size=length)]] for _ in range(n)]
@@ -127,13 +146,14 @@ def random_prompts(rng, n: int, length: int, ids: np.ndarray) -> list[list[int]]
 
 def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens: int, max_batch: int | None = None,
           timeout: float = 600.0, seed: int = 0, label: str = "", prompt_pool: int = 0,
-          profile: bool = False) -> dict:
+          profile: bool = False, sandwich: bool = True) -> dict:
     """Starts a server on 127.0.0.1 for llm, runs each concurrency level, stops the server.
 
     Every request has its own random prompt (prompt_pool 0), so no level gains from the server's prefix
     re-use and each pays the same prefill per request; prompt_pool N > 0: the requests cycle through N
     prompts, each run once before the first level (cached prefixes are then re-used by every level).
-    profile: the engine's step profile per level, then the native step alone (step_ceiling)."""
+    profile: the engine's step profile per level, then the native step alone (step_ceiling).
+    sandwich: the levels' slices in level_order's sandwich (default), else each level whole in turn."""
     from lowbit.serve import Server
 
     if requests < 1 or prompt_tokens < 1 or gen_tokens < 1 or not clients or min(clients) < 1:
@@ -149,19 +169,27 @@ def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens
     ids = np.array([i for i in range(vocab) if i not in eos], np.int64)
     pool = random_prompts(rng, prompt_pool, prompt_tokens, ids) if prompt_pool else None
     batch = max_batch or max(clients)
-    levels = []
+    # each level's requests: a new random prompt each, or the pool's prompts in turn
+    prompts = [[pool[i % len(pool)] for i in range(requests)] if pool
+               else random_prompts(rng, requests, prompt_tokens, ids) for _ in clients]
+    order = level_order(len(clients), requests, sandwich)
+    got = [([], 0.0) for _ in clients]
     with Server(llm, port=0, max_batch=batch, max_context=ctx, max_queue=max(clients) + 1, model_id=label) as srv:
-        asyncio.run(_level(srv.url, 1, 1, random_prompts(rng, 1, prompt_tokens, ids), min(gen_tokens, 4), timeout))
+        asyncio.run(_run(srv.url, 1, random_prompts(rng, 1, prompt_tokens, ids), min(gen_tokens, 4), timeout))
         if pool:  # every pool prompt cached before the first level, so no level pays its cold prefills
-            asyncio.run(_level(srv.url, min(len(pool), batch), len(pool), pool, 1, timeout))
-        for c in clients:
-            prompts = pool or random_prompts(rng, requests, prompt_tokens, ids)
-            threads = {"http": srv.http_thread_id, "clients": threading.get_native_id()}
-            with StepProfile(srv.engine, profile, threads) as prof:
-                lv = _level_sync(srv.url, c, requests, prompts, gen_tokens, timeout)
-            if profile:
-                lv["profile"] = prof.result
-            levels.append(lv)
+            asyncio.run(_run(srv.url, min(len(pool), batch), pool, 1, timeout))
+        threads = {"http": srv.http_thread_id, "clients": threading.get_native_id()}
+        profs = [StepProfile(srv.engine, profile, threads) for _ in clients]
+        for li, a, b in order:
+            with profs[li]:
+                res, wall = asyncio.run(_run(srv.url, clients[li], prompts[li][a:b], gen_tokens, timeout))
+            got[li] = (got[li][0] + res, got[li][1] + wall)
+    levels = []
+    for li, c in enumerate(clients):
+        lv = _summary(c, requests, *got[li])
+        if profile:
+            lv["profile"] = profs[li].result
+        levels.append(lv)
     base = levels[0]["aggregate_tps"] if levels and levels[0]["clients"] == 1 else None
     if profile:  # the same model, the server stopped: what the kernels allow at this batch, what the roof allows
         ceiling = step_ceiling(llm.model, batch, prompt_tokens)
@@ -171,11 +199,8 @@ def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens
     return {"model": label, "threads": lowbit.get_threads(),
             "isa": lowbit.cpu_info()["isa"], "max_batch": batch, "prompt_tokens": prompt_tokens,
             "gen_tokens": gen_tokens, "prompt_pool": prompt_pool, "levels": levels,
+            "order": [[clients[li], b - a] for li, a, b in order],
             **({"step_ceiling": ceiling, "compute_bound": bound} if profile else {})}
-
-
-def _level_sync(url, c, requests, prompts, gen_tokens, timeout) -> dict:
-    return asyncio.run(_level(url, c, requests, prompts, gen_tokens, timeout))
 
 
 def thread_cpu_seconds(tid: int | None) -> float | None:
@@ -202,6 +227,7 @@ class StepProfile:
         self.engine, self.on, self.result = engine, on, None
         self.nat = engine.runner._native if on else None
         self.threads = threads or {}
+        self.tot: dict = {}  # summed over the level's slices (entered once per slice)
 
     def __enter__(self):
         if self.on:
@@ -216,25 +242,37 @@ class StepProfile:
         if not self.on:
             return
         e = self.engine
-        steps, rows, step_s = e.steps - self.start[0], e.rows - self.start[1], e.step_seconds - self.start[2]
-        wall = time.perf_counter() - self.start[3]
-        n = max(steps, 1)
-        r = {"steps": steps, "rows_per_step": rows / n, "wall_ms_per_step": 1e3 * wall / n,
-             "step_ms": 1e3 * step_s / n}
-        native = 0.0
+        add = {"steps": e.steps - self.start[0], "rows": e.rows - self.start[1],
+               "step_s": e.step_seconds - self.start[2], "wall": time.perf_counter() - self.start[3]}
         if self.nat is not None:
             p = self.nat.profile()["batch"]
             self.nat.set_profile(False)
-            native = p["seconds"]
+            add["native"] = p["seconds"]
             for c in self.CATEGORIES:
-                r[c + "_ms"] = 1e3 * p[c] / n
-            r["native_ms"] = 1e3 * native / n
-        r["python_ms"] = 1e3 * max(step_s - native, 0.0) / n
-        r["not_stepping_ms"] = 1e3 * max(wall - step_s, 0.0) / n
+                add[c] = p[c]
         for k, t in self.threads.items():
             c0, c1 = self.cpu0.get(k), thread_cpu_seconds(t)
-            r[k + "_cpu_ms"] = 1e3 * (c1 - c0) / n if c0 is not None and c1 is not None else None
-        self.result = r
+            add[k + "_cpu"] = c1 - c0 if c0 is not None and c1 is not None else None
+        for k, v in add.items():
+            self.tot[k] = None if v is None or (k in self.tot and self.tot[k] is None) else self.tot.get(k, 0) + v
+        self.result = self._result()
+
+    def _result(self) -> dict:
+        t = self.tot
+        n = max(t["steps"], 1)
+        r = {"steps": t["steps"], "rows_per_step": t["rows"] / n, "wall_ms_per_step": 1e3 * t["wall"] / n,
+             "step_ms": 1e3 * t["step_s"] / n}
+        native = t.get("native", 0.0)
+        if "native" in t:
+            for c in self.CATEGORIES:
+                r[c + "_ms"] = 1e3 * t[c] / n
+            r["native_ms"] = 1e3 * native / n
+        r["python_ms"] = 1e3 * max(t["step_s"] - native, 0.0) / n
+        r["not_stepping_ms"] = 1e3 * max(t["wall"] - t["step_s"], 0.0) / n
+        for k in self.threads:
+            v = t.get(k + "_cpu")
+            r[k + "_cpu_ms"] = 1e3 * v / n if v is not None else None
+        return r
 
 
 def step_ceiling(model, batch: int, prompt_tokens: int, rounds: int = 8, seed: int = 0) -> dict | None:
@@ -307,7 +345,8 @@ def _ms(x) -> str:
 
 def print_result(r: dict) -> None:
     print(f"{r['model']}: ISA {r['isa']}, max batch {r['max_batch']}, prompts of {r['prompt_tokens']} tokens, "
-          f"{r['gen_tokens']} generated per request (greedy), loopback HTTP streaming")
+          f"{r['gen_tokens']} generated per request (greedy), loopback HTTP streaming; slices run "
+          + ", ".join(f"{c}x{n}" for c, n in r["order"]) + " (clients x requests)")
     print(f"{'clients':>7} {'requests':>8} {'failed':>6} {'lost':>4} {'aggregate tok/s':>15} {'x 1 client':>10} "
           f"{'per-request tok/s':>17} {'TTFT p50/p95 s':>15} {'latency p50/p95 s':>18}")
     for lv in r["levels"]:
@@ -371,6 +410,9 @@ def add_parser(bsub) -> None:
     s.add_argument("--prompt-pool", type=int, default=0,
                    help="cycle the requests through N random prompts, so cached prefixes are re-used (default 0: "
                         "every request its own prompt, every level the same prefill per request)")
+    s.add_argument("--sequential", action="store_true",
+                   help="run each level whole, one after another (default: every level but the last in two halves, "
+                        "before and after the last, so the host's drift over the run weighs the same on every level)")
     s.add_argument("--profile", action="store_true",
                    help="per engine step: the native step's parts, the engine's Python, idle time, HTTP CPU (per "
                         "level); then the native step alone at 1 row vs max-batch rows (the kernels' bound)")
@@ -404,7 +446,7 @@ def main(args) -> int:
         label = f"{shape} ({args.format}, random weights{f', {args.layers} layers' if args.layers else ''})"
     label += f", {llm.model.kv_cache} KV cache"
     res = bench(llm, clients, args.requests, args.prompt_tokens, args.gen_tokens, args.max_batch, args.timeout,
-                label=label, prompt_pool=args.prompt_pool, profile=args.profile)
+                label=label, prompt_pool=args.prompt_pool, profile=args.profile, sandwich=not args.sequential)
     if args.json:
         print_json(res)
     else:
