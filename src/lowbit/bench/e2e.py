@@ -15,6 +15,7 @@ import numpy as np
 import lowbit
 from lowbit.bench import bandwidth, memory, print_json, roof
 from lowbit.bench.gemv import random_weight
+from lowbit.model.kv_cache import KV_TYPES
 from lowbit.bench.shapes import MODEL_SHAPES
 from lowbit.formats import PackedWeight
 
@@ -224,7 +225,7 @@ def add_parser(bsub) -> None:
                         "conversion setting of a GGUF / HF source")
     e.add_argument("--layers", type=int, default=None, help="override the number of layers of --shape (memory)")
     e.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
-    e.add_argument("--kv-cache", choices=("f16", "int8", "f32"), default=None,
+    e.add_argument("--kv-cache", choices=tuple(KV_TYPES), default=None,
                    help="what the KV cache holds (default: the model's, f16 for a quantized one)")
     e.add_argument("-p", "--prompt-tokens", type=int, default=128, help="prompt length (default 128)")
     e.add_argument("-n", "--gen-tokens", type=int, default=64, help="generated tokens (default 64)")
@@ -244,15 +245,17 @@ def main(args) -> int:
         head = args.lm_head_format or LM_HEAD_FORMAT
         model, _ = shape_model(args.shape, args.format, head, args.layers,
                                max_context=args.prompt_tokens + args.gen_tokens + 8)
+        if args.kv_cache:
+            model.set_kv_cache(args.kv_cache)
         label = f"{args.shape} ({args.format}, lm_head {head}, random weights"
         label += f", {args.layers} layers)" if args.layers else ")"
     else:
         from lowbit.api import load
-        llm = load(args.model or _default_model(), format=args.format, lm_head_format=args.lm_head_format)
+        llm = load(args.model or _default_model(), format=args.format, lm_head_format=args.lm_head_format,
+                   kv_cache=args.kv_cache)  # (set after load, the warm-up's native step would be built twice)
         model = llm.model
         label = str(args.model or "default model")
     if args.kv_cache:
-        model.set_kv_cache(args.kv_cache)
         label += f", {args.kv_cache} KV cache"
     res = bench(model, threads, args.prompt_tokens, args.gen_tokens, args.repeats, label)
     if args.profile:

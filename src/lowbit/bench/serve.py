@@ -9,8 +9,8 @@ one per request unless `--prompt-pool`, so no level gains from cached prefixes) 
 `--gen-tokens`. Each level sends exactly `--requests` requests, `clients` at a time, each with a timeout,
 so the run is bounded. The levels run as a sandwich (level_order): every level but the last in two halves,
 before and after the last one, so the host's drift over the run weighs about the same on each level
-(`--sequential`: each level whole, in turn). A request fails unless it answers 200, streams to `data: [DONE]` and reports its
-usage; a request is lost if it never ends. Reported per level: aggregate generated tokens/s (completion
+(`--sequential`: each level whole, in turn). A request fails unless it answers 200, streams to
+`data: [DONE]` and reports its usage; a request is lost if it never ends. Reported per level: aggregate generated tokens/s (completion
 tokens only / wall time) and prompt tokens/s, per-request decode tokens/s (median), time to first token
 and latency (p50 / p95); `--profile` adds where each engine step's time went.
 
@@ -31,6 +31,7 @@ import numpy as np
 import lowbit
 from lowbit.bench import print_json
 from lowbit.bench.shapes import MODEL_SHAPES
+from lowbit.model.kv_cache import KV_TYPES
 
 
 class IdTokenizer:
@@ -253,8 +254,9 @@ class StepProfile:
         for k, t in self.threads.items():
             c0, c1 = self.cpu0.get(k), thread_cpu_seconds(t)
             add[k + "_cpu"] = c1 - c0 if c0 is not None and c1 is not None else None
-        for k, v in add.items():
-            self.tot[k] = None if v is None or (k in self.tot and self.tot[k] is None) else self.tot.get(k, 0) + v
+        for k, v in add.items():  # a thread CPU time /proc could not give stays None
+            prev = self.tot.get(k, 0)
+            self.tot[k] = None if v is None or prev is None else prev + v
         self.result = self._result()
 
     def _result(self) -> dict:
@@ -404,7 +406,7 @@ def add_parser(bsub) -> None:
     s.add_argument("-p", "--prompt-tokens", type=int, default=32, help="prompt length in tokens (default 32)")
     s.add_argument("-n", "--gen-tokens", type=int, default=32, help="tokens generated per request (default 32)")
     s.add_argument("--max-batch", type=int, default=None, help="server batch size (default: the most clients)")
-    s.add_argument("--kv-cache", choices=("f16", "int8", "f32"), default=None,
+    s.add_argument("--kv-cache", choices=tuple(KV_TYPES), default=None,
                    help="what the KV cache holds (default: the model's, f16 for a quantized one)")
     s.add_argument("--timeout", type=float, default=600.0, help="seconds per request before it counts as failed")
     s.add_argument("--prompt-pool", type=int, default=0,

@@ -7,6 +7,7 @@ import pathlib
 import sys
 
 from lowbit.formats import FORMATS as _FORMATS
+from lowbit.model.kv_cache import KV_TYPES
 
 # The lowest-bit format whose perplexity on English text stays within 10 % of bf16 for SmolLM2-135M-Instruct
 # (`lowbit perplexity --format F -f tests/data/GPL-3.0.txt`, ctx 512, 7624 tokens): bf16 22.35,
@@ -63,7 +64,7 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--threads", type=int, default=None, help="kernel threads (default: physical cores)")
     p.add_argument("--max-context", type=int, default=None, metavar="N",
                    help="KV cache length in tokens (default: the model's max_position_embeddings, at most 8192)")
-    p.add_argument("--kv-cache", choices=("f16", "int8", "f32"), default=None,
+    p.add_argument("--kv-cache", choices=tuple(KV_TYPES), default=None,
                    help="what the KV cache holds (default: f16; f32 for an f32 model): int8 keeps each row's values "
                         "and one scale, half the bytes attention reads per token, like llama.cpp's -ctk/-ctv q8_0")
     g = p.add_argument_group("backend")

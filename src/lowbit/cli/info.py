@@ -58,6 +58,7 @@ def gather(path) -> dict:
     """Everything `lowbit info` prints, as a dict (also the --json output)."""
     from lowbit.io.checkpoint import open_checkpoint
     from lowbit.model import ModelArgs
+    from lowbit.model.kv_cache import kv_row
 
     ck = open_checkpoint(path)
     cfg = ck.config
@@ -73,7 +74,7 @@ def gather(path) -> dict:
     q_format = next((t["format"] for t in tensors if t["name"].endswith("self_attn.q_proj.weight")), "")
     kv_dtype = "float32" if getattr(ck, "kind", "") == "lowbit" and q_format == "f32" else "float16"
     kv_per_token = a.num_hidden_layers * a.num_key_value_heads * a.head_dim * 2 * (4 if kv_dtype == "float32" else 2)
-    kv_int8_per_token = a.num_hidden_layers * a.num_key_value_heads * (a.head_dim + 4) * 2  # values + a scale a row
+    kv_int8_per_token = a.num_hidden_layers * a.num_key_value_heads * kv_row("int8", a.head_dim) * 2  # + a scale a row
     return dict(
         path=str(pathlib.Path(path).resolve()), kind=getattr(ck, "kind", ""),
         architecture=dict(model_type=a.model_type, architectures=cfg.get("architectures"), layers=a.num_hidden_layers,

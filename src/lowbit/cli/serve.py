@@ -12,6 +12,7 @@ import sys
 
 from lowbit.cli._common import add_model_args, load_from_args
 from lowbit.generate.batch import PREFILL_CHUNK
+from lowbit.model.kv_cache import KV_TYPES
 
 EPILOG = """\
 examples:
@@ -37,7 +38,7 @@ def add_parser(subparsers):
                    help="requests decoded together, each with its own KV cache slot (default: 8)")
     p.add_argument("--max-context", type=int, default=None, metavar="N",
                    help="tokens per request, prompt + completion (default: the model's, at most 8192)")
-    p.add_argument("--kv-cache", choices=("f16", "int8", "f32"), default=None,
+    p.add_argument("--kv-cache", choices=tuple(KV_TYPES), default=None,
                    help="what the KV cache slots hold (default: f16; f32 for an f32 model): int8 keeps each row's "
                         "values and one scale, half the memory per slot and half the bytes attention reads")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",

@@ -29,8 +29,11 @@ void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
   const AttnCall& c = *P.c;
   if (P.prep) P.prep->fn(P.prep->ctx, h);
   const int64_t QD = c.heads * c.hd, G = c.heads / c.n_kv;
-  const int64_t row = kv_row_units(c.kv, c.hd), unit = kv_unit_bytes(c.kv);
-  const int64_t off = (c.slot[T.r0] * c.slot_stride + h * c.max_ctx * row) * unit;
+  // bytes from the cache's start to kv head hh's stream of the task's slot
+  auto head_at = [&](int64_t hh) {
+    return (c.slot[T.r0] * c.slot_stride + hh * c.max_ctx * kv_row_units(c.kv, c.hd)) * kv_unit_bytes(c.kv);
+  };
+  const int64_t off = head_at(h);
   AttnBlock b{};
   b.q = c.q + T.r0 * QD + h * G * c.hd;
   b.rows = T.rows;
@@ -41,7 +44,7 @@ void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
   b.kv = c.kv;
   b.softcap = c.softcap;
   if (h + 1 < T.h + T.nh) {  // the tile loop's prefetch runs on into the next head's K/V
-    const int64_t next = (c.slot[T.r0] * c.slot_stride + (h + 1) * c.max_ctx * row) * unit;
+    const int64_t next = head_at(h + 1);
     b.next_K = static_cast<const char*>(c.kc) + next;
     b.next_V = static_cast<const char*>(c.vc) + next;
     b.next_lo = P.lo[T.r0] / 8 * 8;

@@ -10,6 +10,7 @@
 
 #include "attention.h"
 #include "dispatch.h"
+#include "kv_args.h"
 #include "py_args.h"
 #include "weight_args.h"
 
@@ -18,21 +19,6 @@ using namespace lowbit;
 using namespace lowbit::py;
 
 namespace {
-
-// The cache's KvType from its dtype, checked against its row length: float32 or float16 (as uint16) rows of
-// hd, int8 rows of hd + 4 (the values, then the float32 scale).
-template <class Array>
-KvType cache_type(const Array& kc, int64_t hd, const std::string& fn) {
-  const int64_t row = (int64_t)kc.shape(kc.ndim() - 1);
-  if (kc.dtype() == nb::dtype<float>() || kc.dtype() == nb::dtype<uint16_t>()) {
-    if (row != hd) fail(fn + ": a float cache's rows must be head_dim long");
-    return kc.dtype() == nb::dtype<float>() ? KvType::kF32 : KvType::kF16;
-  }
-  if (kc.dtype() != nb::dtype<int8_t>())
-    fail(fn + ": the KV cache must be float32, float16 (as uint16) or int8 (rows of head_dim + 4: values, then the scale)");
-  if (row != hd + 4) fail(fn + ": an int8 cache's rows must be head_dim + 4 bytes (values, then the float32 scale)");
-  return KvType::kI8;
-}
 
 // Causal attention of n new tokens (prefill) over the static cache of one sequence.
 // q: [n, heads, hd] (RoPE'd and scaled), cache: [kv_heads, max_ctx, hd] float32 or float16 (as uint16),
@@ -106,9 +92,10 @@ void kv_quantize_rows(nb::handle hx, nb::handle hout) {
   auto x = in<float, 2>(hx, "kv_quantize_rows: x");
   auto o = out<int8_t, 2>(hout, "kv_quantize_rows: out");
   const int64_t n = x.shape(0), hd = x.shape(1);
-  require(is_shape(o, n, hd + 4), "kv_quantize_rows: out must be [n, hd + 4]");
+  const int64_t row = kv_row_units(KvType::kI8, hd);
+  require(is_shape(o, n, row), "kv_quantize_rows: out must be [n, hd + 4]");
   const OpsTable& ops = active_kernels().ops;
-  for (int64_t i = 0; i < n; ++i) ops.kv_quantize_row(x.data() + i * hd, hd, o.data() + i * (hd + 4));
+  for (int64_t i = 0; i < n; ++i) ops.kv_quantize_row(x.data() + i * hd, hd, o.data() + i * row);
 }
 
 }  // namespace

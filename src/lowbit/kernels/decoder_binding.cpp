@@ -18,6 +18,7 @@
 #include "common.h"
 #include "decoder.h"
 #include "dispatch.h"
+#include "kv_args.h"
 #include "py_args.h"
 #include "weight_args.h"
 
@@ -155,11 +156,6 @@ nb::dict profile_dict(const StepProfile& p) {
 
 namespace lowbit {
 
-// The array dtype a cache of KvType t has.
-static nb::dlpack::dtype kv_dtype(KvType t) {
-  return t == KvType::kF32 ? nb::dtype<float>() : t == KvType::kF16 ? nb::dtype<uint16_t>() : nb::dtype<int8_t>();
-}
-
 void bind_decoder(nb::module_& m) {
   nb::class_<PyDecoder>(m, "Decoder")
       .def("__init__",
@@ -207,7 +203,7 @@ void bind_decoder(nb::module_& m) {
              // The cache is written in place (prefill in numpy writes the same arrays): exact dtype, writable.
              auto kc = any_out<3>(hkc, "add_layer: k cache");
              auto vc = any_out<3>(hvc, "add_layer: v cache");
-             require(kc.dtype() == kv_dtype(s.kv) && vc.dtype() == kc.dtype(),
+             require(kc.dtype() == kv_array_dtype(s.kv) && vc.dtype() == kc.dtype(),
                      s.kv == KvType::kF32   ? "add_layer: the k and v caches must be float32"
                      : s.kv == KvType::kF16 ? "add_layer: the k and v caches must be float16 (passed as a uint16 view)"
                                             : "add_layer: the k and v caches must be int8");
@@ -323,7 +319,7 @@ void bind_decoder(nb::module_& m) {
              require(n_slots == 1 || slot_stride >= slot_size, "set_slots: slots overlap: slot_stride too small");
              auto k = any_out<5>(hk, "set_slots: k (the whole slot cache)");
              auto v = any_out<5>(hv, "set_slots: v (the whole slot cache)");
-             require(k.dtype() == kv_dtype(s.kv) && v.dtype() == kv_dtype(s.kv),
+             require(k.dtype() == kv_array_dtype(s.kv) && v.dtype() == kv_array_dtype(s.kv),
                      "set_slots: the slot cache must have the decoder's KV dtype");
              const int64_t esz = kv_unit_bytes(s.kv), need = ((n_slots - 1) * slot_stride + slot_size) * esz;
              for (const DecoderLayer& L : self.d.layers())

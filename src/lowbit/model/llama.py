@@ -189,9 +189,7 @@ class Model:
         # float16 K/V for quantized models (half the bytes attention reads); float32 on the f32 reference path
         q0 = weights.get("model.layers.0.self_attn.q_proj.weight")
         q_format = q0.format if isinstance(q0, PackedWeight) else (format or "f32")
-        self.kv_cache = kv_cache or ("f32" if q_format == "f32" else "f16")
-        self.cache = KVCache(args.num_hidden_layers, args.num_key_value_heads, args.head_dim, self.max_context,
-                             kv_dtype(self.kv_cache))
+        self._new_cache(kv_cache or ("f32" if q_format == "f32" else "f16"))
         self.rope = self.make_rope()
         self.embed = Embedding(self._get("model.embed_tokens.weight"))  # [vocab, hidden]
         self.layers = [Block(self, i, self._get) for i in range(args.num_hidden_layers)]
@@ -341,15 +339,17 @@ class Model:
         """Empties the KV cache (it stays allocated)."""
         self.cache.reset()
 
+    def _new_cache(self, kind: str) -> None:
+        a = self.args
+        self.cache = KVCache(a.num_hidden_layers, a.num_key_value_heads, a.head_dim, self.max_context, kv_dtype(kind))
+        self.kv_cache = kind
+
     def set_kv_cache(self, kind: str) -> None:
         """Re-allocates the KV cache as `kind` ("f32", "f16" or "int8"), empty; the native step is rebuilt on
         its next use. int8 keeps each row's values and its scale (kv_cache.py): half of float16's bytes."""
-        dtype = kv_dtype(kind)
-        a = self.args
-        self.cache = KVCache(a.num_hidden_layers, a.num_key_value_heads, a.head_dim, self.max_context, dtype)
+        self._new_cache(kind)
         for i, blk in enumerate(self.layers):
             blk.kc, blk.vc = self.cache.k[i], self.cache.v[i]
-        self.kv_cache = kind
         self._native = None
 
     def prefill(self, ids, all_logits: bool = False, chunk: int = PREFILL_CHUNK) -> np.ndarray:
