@@ -26,6 +26,7 @@ def test_bench_serve_shape_json(capsys):
         p = lv["profile"]  # every prompt and generated token went through some step's rows
         assert p["steps"] >= 4 and p["rows_per_step"] * p["steps"] == pytest.approx(6 * 5 + 6 * 3)
         assert 0 < p["gemv_ms"] < p["native_ms"] <= p["step_ms"] <= p["wall_ms_per_step"] and p["python_ms"] >= 0
+        assert p["clients_cpu_ms"] > 0  # the load generator process reports what it spent
         assert 0 < lv["ttft_p50_s"] <= lv["ttft_p95_s"] and lv["ttft_p50_s"] < lv["latency_p50_s"] <= lv["latency_p95_s"]
     assert res["levels"][0]["speedup_vs_1_client"] == 1.0
     c = res["step_ceiling"]  # the native step alone: 3 one-row steps against one 3-row step
@@ -36,6 +37,26 @@ def test_bench_serve_shape_json(capsys):
     assert b["int8_roof_gmacs"] > 0 and b["max_aggregate_tps"] == pytest.approx(
         4 * b["int8_roof_gmacs"] * 1e9 / b["macs_per_request"])
     assert b["max_speedup_vs_1_client"] == pytest.approx(b["max_aggregate_tps"] / res["levels"][0]["aggregate_tps"])
+
+
+def test_bench_serve_clients_in_process(capsys):
+    """--clients-in-process: the old load generator (an asyncio loop in the server's process), same figures."""
+    args = ["bench", "serve", "--shape", "bitnet-0.7b", "--layers", "1", "--requests", "3", "-p", "4", "-n", "3",
+            "--clients", "1,2", "--clients-in-process", "--profile", "--json"]
+    assert main(args) == 0
+    res = json.loads(capsys.readouterr().out)
+    for lv in res["levels"]:
+        assert lv["completed"] == 3 and lv["failed"] == 0 and lv["lost"] == 0 and lv["completion_tokens"] == 9
+        assert lv["profile"]["clients_cpu_ms"] > 0
+
+
+def test_load_generator_failure_is_reported(monkeypatch):
+    """A load generator that dies says why, instead of a level of zeros."""
+    from lowbit.bench import serve
+
+    monkeypatch.setattr(serve.sys, "executable", "/bin/false")
+    with pytest.raises(RuntimeError, match="load generator failed"):
+        serve.run_clients("http://127.0.0.1:9", 1, [[1, 2]], 2, 5.0)
 
 
 def test_bench_serve_table_and_bad_args(capsys):

@@ -4,7 +4,7 @@
     lowbit bench serve -m model-dir
 
 The server runs in this process (engine thread + uvicorn on 127.0.0.1, a free port); the clients are
-asyncio tasks streaming /v1/completions with token-id prompts (random ids, `--prompt-tokens` long, a new
+asyncio tasks in a load generator process of their own (lowbit.bench.serve_client), streaming /v1/completions with token-id prompts (random ids, `--prompt-tokens` long, a new
 one per request unless `--prompt-pool`, so no level gains from cached prefixes) and `max_tokens` =
 `--gen-tokens`. Each level sends exactly `--requests` requests, `clients` at a time, each with a timeout,
 so the run is bounded. The levels run as a sandwich (level_order): every level but the last in two halves,
@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -55,60 +55,25 @@ def _pct(xs, q) -> float:
     return float(np.percentile(xs, q)) if xs else float("nan")
 
 
-async def _one(client, url: str, prompt: list[int], gen_tokens: int, timeout: float) -> dict:
-    body = {"prompt": prompt, "max_tokens": gen_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
-    t0 = time.perf_counter()
-    first = last = None
-    usage = None
-    done = False
-    try:
-        async with client.stream("POST", url, json=body, timeout=timeout) as r:
-            if r.status_code != 200:
-                return {"ok": False, "error": f"HTTP {r.status_code}"}
-            async for line in r.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                data = line[6:]
-                if data == "[DONE]":
-                    done = True
-                    break
-                ev = json.loads(data)
-                if ev.get("usage"):
-                    usage = ev["usage"]
-                if ev.get("choices") and ev["choices"][0].get("text"):
-                    last = time.perf_counter()
-                    first = first or last
-    except Exception as e:  # timeouts and broken connections count as failures
-        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
-    t1 = time.perf_counter()
-    if not done or usage is None or first is None:
-        return {"ok": False, "error": "stream ended without [DONE] / usage / text"}
-    n = usage["completion_tokens"]
-    return {"ok": True, "tokens": n, "prompt_tokens": usage["prompt_tokens"], "ttft": first - t0, "latency": t1 - t0,
-            "tps": (n - 1) / (last - first) if n > 1 and last > first else float("nan")}
+def run_clients(base: str, clients: int, prompts: list[list[int]], gen_tokens: int, timeout: float,
+                in_process: bool = False) -> tuple[list[dict], float, float | None]:
+    """One request per prompt, `clients` at a time, from the load generator's own process (serve_client)
+    -> (the requests' results, wall seconds, the generator's CPU seconds). in_process: an asyncio loop in
+    this process instead (the old way; it shares the GIL with the server's threads)."""
+    if in_process:
+        from lowbit.bench.serve_client import run_clients as run_here
 
-
-async def _run(base: str, clients: int, prompts: list[list[int]], gen_tokens: int, timeout: float):
-    """One request per prompt, `clients` at a time -> (the requests' results, wall seconds)."""
-    import httpx
-
-    results: list[dict] = []
-    next_i = 0
-
-    async def worker(client):
-        nonlocal next_i
-        while next_i < len(prompts):
-            i = next_i
-            next_i += 1
-            results.append(await _one(client, base + "/v1/completions", prompts[i], gen_tokens, timeout))
-
-    limits = httpx.Limits(max_connections=clients + 2, max_keepalive_connections=clients + 2)
-    async with httpx.AsyncClient(limits=limits) as client:
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker(client) for _ in range(clients)))
-        wall = time.perf_counter() - t0
-    return results, wall
+        cpu0 = time.thread_time()
+        res, wall = asyncio.run(run_here(base, clients, prompts, gen_tokens, timeout))
+        return res, wall, time.thread_time() - cpu0
+    job = json.dumps({"url": base, "clients": clients, "prompts": prompts, "gen_tokens": gen_tokens,
+                      "timeout": timeout})
+    p = subprocess.run([sys.executable, "-m", "lowbit.bench.serve_client"], input=job, capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"the load generator failed (exit {p.returncode}): {p.stderr.strip()[-2000:]}")
+    out = json.loads(p.stdout)
+    return out["results"], out["wall"], out["cpu"]
 
 
 def _summary(clients: int, requests: int, results: list[dict], wall: float) -> dict:
@@ -147,14 +112,15 @@ def random_prompts(rng, n: int, length: int, ids: np.ndarray) -> list[list[int]]
 
 def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens: int, max_batch: int | None = None,
           timeout: float = 600.0, seed: int = 0, label: str = "", prompt_pool: int = 0,
-          profile: bool = False, sandwich: bool = True) -> dict:
+          profile: bool = False, sandwich: bool = True, in_process: bool = False) -> dict:
     """Starts a server on 127.0.0.1 for llm, runs each concurrency level, stops the server.
 
     Every request has its own random prompt (prompt_pool 0), so no level gains from the server's prefix
     re-use and each pays the same prefill per request; prompt_pool N > 0: the requests cycle through N
     prompts, each run once before the first level (cached prefixes are then re-used by every level).
     profile: the engine's step profile per level, then the native step alone (step_ceiling).
-    sandwich: the levels' slices in level_order's sandwich (default), else each level whole in turn."""
+    sandwich: the levels' slices in level_order's sandwich (default), else each level whole in turn.
+    in_process: the clients in this process (run_clients), not in a load generator process of their own."""
     from lowbit.serve import Server
 
     if requests < 1 or prompt_tokens < 1 or gen_tokens < 1 or not clients or min(clients) < 1:
@@ -176,14 +142,14 @@ def bench(llm, clients: list[int], requests: int, prompt_tokens: int, gen_tokens
     order = level_order(len(clients), requests, sandwich)
     got = [([], 0.0) for _ in clients]
     with Server(llm, port=0, max_batch=batch, max_context=ctx, max_queue=max(clients) + 1, model_id=label) as srv:
-        asyncio.run(_run(srv.url, 1, random_prompts(rng, 1, prompt_tokens, ids), min(gen_tokens, 4), timeout))
+        run_clients(srv.url, 1, random_prompts(rng, 1, prompt_tokens, ids), min(gen_tokens, 4), timeout, in_process)
         if pool:  # every pool prompt cached before the first level, so no level pays its cold prefills
-            asyncio.run(_run(srv.url, min(len(pool), batch), pool, 1, timeout))
-        threads = {"http": srv.http_thread_id, "clients": threading.get_native_id()}
-        profs = [StepProfile(srv.engine, profile, threads) for _ in clients]
+            run_clients(srv.url, min(len(pool), batch), pool, 1, timeout, in_process)
+        profs = [StepProfile(srv.engine, profile, {"http": srv.http_thread_id}) for _ in clients]
         for li, a, b in order:
-            with profs[li]:
-                res, wall = asyncio.run(_run(srv.url, clients[li], prompts[li][a:b], gen_tokens, timeout))
+            with profs[li] as prof:
+                res, wall, cpu = run_clients(srv.url, clients[li], prompts[li][a:b], gen_tokens, timeout, in_process)
+                prof.add_cpu("clients", cpu)
             got[li] = (got[li][0] + res, got[li][1] + wall)
     levels = []
     for li, c in enumerate(clients):
@@ -228,7 +194,13 @@ class StepProfile:
         self.engine, self.on, self.result = engine, on, None
         self.nat = engine.runner._native if on else None
         self.threads = threads or {}
+        self.cpu_names = tuple(self.threads) + ("clients",)
+        self.extra_cpu: dict = {}
         self.tot: dict = {}  # summed over the level's slices (entered once per slice)
+
+    def add_cpu(self, name: str, seconds: float | None) -> None:
+        """CPU seconds that `name` (the load generator) spent during this slice, as it reports them."""
+        self.extra_cpu[name] = seconds
 
     def __enter__(self):
         if self.on:
@@ -237,6 +209,7 @@ class StepProfile:
             e = self.engine
             self.start = (e.steps, e.rows, e.step_seconds, time.perf_counter())
             self.cpu0 = {k: thread_cpu_seconds(t) for k, t in self.threads.items()}
+            self.extra_cpu = {}
         return self
 
     def __exit__(self, *exc):
@@ -254,6 +227,9 @@ class StepProfile:
         for k, t in self.threads.items():
             c0, c1 = self.cpu0.get(k), thread_cpu_seconds(t)
             add[k + "_cpu"] = c1 - c0 if c0 is not None and c1 is not None else None
+        for k in self.cpu_names:
+            if k not in self.threads:
+                add[k + "_cpu"] = self.extra_cpu.get(k)
         for k, v in add.items():  # a thread CPU time /proc could not give stays None
             prev = self.tot.get(k, 0)
             self.tot[k] = None if v is None or prev is None else prev + v
@@ -271,7 +247,7 @@ class StepProfile:
             r["native_ms"] = 1e3 * native / n
         r["python_ms"] = 1e3 * max(t["step_s"] - native, 0.0) / n
         r["not_stepping_ms"] = 1e3 * max(t["wall"] - t["step_s"], 0.0) / n
-        for k in self.threads:
+        for k in self.cpu_names:
             v = t.get(k + "_cpu")
             r[k + "_cpu_ms"] = 1e3 * v / n if v is not None else None
         return r
@@ -415,6 +391,9 @@ def add_parser(bsub) -> None:
     s.add_argument("--sequential", action="store_true",
                    help="run each level whole, one after another (default: every level but the last in two halves, "
                         "before and after the last, so the host's drift over the run weighs the same on every level)")
+    s.add_argument("--clients-in-process", action="store_true",
+                   help="run the clients in the server's process (the old way: they share its GIL, and the engine "
+                        "waits for it between steps) instead of a load generator process")
     s.add_argument("--profile", action="store_true",
                    help="per engine step: the native step's parts, the engine's Python, idle time, HTTP CPU (per "
                         "level); then the native step alone at 1 row vs max-batch rows (the kernels' bound)")
@@ -448,7 +427,8 @@ def main(args) -> int:
         label = f"{shape} ({args.format}, random weights{f', {args.layers} layers' if args.layers else ''})"
     label += f", {llm.model.kv_cache} KV cache"
     res = bench(llm, clients, args.requests, args.prompt_tokens, args.gen_tokens, args.max_batch, args.timeout,
-                label=label, prompt_pool=args.prompt_pool, profile=args.profile, sandwich=not args.sequential)
+                label=label, prompt_pool=args.prompt_pool, profile=args.profile, sandwich=not args.sequential,
+                in_process=args.clients_in_process)
     if args.json:
         print_json(res)
     else:

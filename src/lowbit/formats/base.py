@@ -21,6 +21,16 @@ import numpy as np
 from lowbit import _native
 
 
+def empty_aligned(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:
+    """np.empty whose data starts on an `align`-byte boundary (numpy gives 16): the AMX GEMM reads the int8
+    activations as tile rows of 64 bytes, and a row that straddles two cache lines costs two."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    buf = np.empty(nbytes + align, np.uint8)
+    off = (-buf.ctypes.data) % align
+    return buf[off:off + nbytes].view(dtype).reshape(shape)
+
+
 class Activations:
     """An input block x: float32 [N, K], with its int8 quantizations cached per (Kp, group).
 
@@ -50,7 +60,7 @@ class Activations:
         if got is None:
             n = self.x.shape[0]
             g = -(-kp // group)
-            got = (np.empty((n, kp), np.int8), np.empty((n, g), np.float32), np.empty((n, g), np.int32))
+            got = (empty_aligned((n, kp), np.int8), np.empty((n, g), np.float32), np.empty((n, g), np.int32))
             _native.quantize_act(self.x, *got, group)
             self._int8[key] = got
         return got

@@ -98,6 +98,18 @@ void kv_quantize_rows(nb::handle hx, nb::handle hout) {
   for (int64_t i = 0; i < n; ++i) ops.kv_quantize_row(x.data() + i * hd, hd, o.data() + i * row);
 }
 
+// RoPE as the decoder applies it to a row's heads: x [n, hd] in place with the rows C, S [hd] of one position,
+// then * scale (tests).
+void rope_rows(nb::handle hx, nb::handle hc, nb::handle hs, float scale) {
+  auto x = out<float, 2>(hx, "rope_rows: x");
+  auto c = in<float, 1>(hc, "rope_rows: C");
+  auto s = in<float, 1>(hs, "rope_rows: S");
+  const int64_t n = x.shape(0), hd = x.shape(1);
+  require(hd % 2 == 0, "rope_rows: the head dim must be even");
+  require(c.shape(0) == (size_t)hd && s.shape(0) == (size_t)hd, "rope_rows: C and S must be [hd]");
+  active_kernels().ops.rope(x.data(), n, hd, c.data(), s.data(), scale);
+}
+
 }  // namespace
 
 namespace lowbit {
@@ -108,5 +120,7 @@ void bind_attention(nb::module_& m) {
         "causal attention of rows over a multi-slot KV cache, as the decoder runs it (tests)");
   m.def("kv_quantize_rows", &kv_quantize_rows, nb::arg("x"), nb::arg("out"),
         "int8 KV cache rows (values, then the float32 scale) as the decoder writes them (tests)");
+  m.def("rope_rows", &rope_rows, nb::arg("x"), nb::arg("c"), nb::arg("s"), nb::arg("scale") = 1.f,
+        "RoPE (rotate_half, S signed) on the rows of x in place, then * scale, as the decoder runs it (tests)");
 }
 }  // namespace lowbit

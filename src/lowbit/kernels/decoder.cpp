@@ -14,20 +14,6 @@ Decoder::Decoder(const DecoderShape& shape, const float* rope_c, const float* ro
     : s_(shape), C_(rope_c), S_(rope_s) {}
 
 namespace {
-
-// HF rotate_half RoPE on `heads` vectors of hd: x*C + [x2, x1]*S, C/S rows of this position.
-void rope(float* x, int64_t heads, int64_t hd, const float* C, const float* S) {
-  const int64_t h = hd / 2;
-  for (int64_t i = 0; i < heads; ++i) {
-    float* v = x + i * hd;
-    for (int64_t d = 0; d < h; ++d) {
-      const float a = v[d], b = v[d + h];
-      v[d] = a * C[d] + b * S[d];
-      v[d + h] = b * C[d + h] + a * S[d + h];
-    }
-  }
-}
-
 // RMSNorm of each of `heads` vectors of hd in place (Qwen 3's q/k norms).
 void norm_heads(const OpsTable& ops, float* x, int64_t heads, int64_t hd, const float* w, float eps) {
   for (int64_t i = 0; i < heads; ++i) ops.rmsnorm(x + i * hd, w, hd, eps, x + i * hd);
@@ -150,9 +136,8 @@ void Decoder::step(float* x, int64_t R, const int64_t* pos, const int64_t* slot,
       const float* vh = v + r * KD + h * hd;
       if (L.q_norm) norm_heads(ops, qh, G, hd, L.q_norm, eps);
       if (L.k_norm) norm_heads(ops, kh, 1, hd, L.k_norm, eps);
-      rope(qh, G, hd, C, S);
-      rope(kh, 1, hd, C, S);
-      for (int64_t i = 0; i < G * hd; ++i) qh[i] *= qscale;
+      ops.rope(qh, G, hd, C, S, qscale);
+      ops.rope(kh, 1, hd, C, S, 1.f);
       const int64_t at = slot[r] * slot_stride_ + (h * s_.max_ctx + pos[r]) * kv_row_units(s_.kv, hd);
       if (s_.kv == KvType::kF16) {
         ops.f32_to_f16_row(kh, static_cast<uint16_t*>(L.kc) + at, hd);

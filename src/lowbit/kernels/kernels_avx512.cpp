@@ -406,7 +406,8 @@ const KernelTable& kernels_avx512() {
   static const KernelTable t{"avx512", gemm_int_avx512, gemm_float_avx512<float>, gemm_float_avx512<uint16_t>, read_avx512,
                              bf16_x_layout, bf16_x_stride,
                              OpsTable{quantize_row_avx512, ops_avx512::rmsnorm, ops_avx512::attn_block,
-                                      ops_avx512::act_mul, ops_avx512::f32_to_f16_row, ops_avx512::kv_quantize_row}};
+                                      ops_avx512::act_mul, ops_avx512::f32_to_f16_row, ops_avx512::kv_quantize_row,
+                                      ops_avx512::rope}};
   return t;
 }
 

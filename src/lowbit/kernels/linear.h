@@ -63,7 +63,7 @@ struct LinearRef {
 
 // Scratch for one input: its int8 quantization (per Kp/group) and the bf16 x layout.
 struct ActScratch {
-  std::vector<int8_t> q;
+  std::vector<int8_t, CacheAligned<int8_t>> q;  // tile rows on cache lines (CacheAligned)
   std::vector<float> scale, xf;
   std::vector<int32_t> sum;
 };
