@@ -4,11 +4,11 @@
     lowbit bench serve -m model-dir
 
 The server runs in this process (engine thread + uvicorn on 127.0.0.1, a free port); the clients are
-asyncio tasks in a load generator process of their own (lowbit.bench.serve_client), streaming /v1/completions with token-id prompts (random ids, `--prompt-tokens` long, a new
-one per request unless `--prompt-pool`, so no level gains from cached prefixes) and `max_tokens` =
-`--gen-tokens`. Each level sends exactly `--requests` requests, `clients` at a time, each with a timeout,
-so the run is bounded. The levels run as a sandwich (level_order): every level but the last in two halves,
-before and after the last one, so the host's drift over the run weighs about the same on each level
+asyncio tasks in a load generator process of their own (lowbit.bench.serve_client), streaming
+/v1/completions with token-id prompts (random ids, `--prompt-tokens` long, a new one per request unless
+`--prompt-pool`, so no level gains from cached prefixes) and `max_tokens` = `--gen-tokens`. Each level
+sends exactly `--requests` requests, `clients` at a time, each with a timeout, so the run is bounded. The
+levels run as a sandwich (level_order): every level but the last in two halves, before and after the last one, so the host's drift over the run weighs about the same on each level
 (`--sequential`: each level whole, in turn). A request fails unless it answers 200, streams to
 `data: [DONE]` and reports its usage; a request is lost if it never ends. Reported per level: aggregate generated tokens/s (completion
 tokens only / wall time) and prompt tokens/s, per-request decode tokens/s (median), time to first token
@@ -68,8 +68,9 @@ def run_clients(base: str, clients: int, prompts: list[list[int]], gen_tokens: i
         return res, wall, time.thread_time() - cpu0
     job = json.dumps({"url": base, "clients": clients, "prompts": prompts, "gen_tokens": gen_tokens,
                       "timeout": timeout})
+    rounds = -(-len(prompts) // max(clients, 1))  # every request has its own timeout: the generator ends
     p = subprocess.run([sys.executable, "-m", "lowbit.bench.serve_client"], input=job, capture_output=True,
-                       text=True)
+                       text=True, timeout=rounds * timeout + 120)
     if p.returncode != 0:
         raise RuntimeError(f"the load generator failed (exit {p.returncode}): {p.stderr.strip()[-2000:]}")
     out = json.loads(p.stdout)
