@@ -15,9 +15,9 @@ import numpy as np
 import lowbit
 from lowbit.bench import bandwidth, memory, print_json, roof
 from lowbit.bench.gemv import random_weight
-from lowbit.model.kv_cache import KV_TYPES
 from lowbit.bench.shapes import MODEL_SHAPES
 from lowbit.formats import PackedWeight
+from lowbit.model.kv_cache import KV_TYPES
 
 LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")

@@ -8,9 +8,10 @@ asyncio tasks in a load generator process of their own (lowbit.bench.serve_clien
 /v1/completions with token-id prompts (random ids, `--prompt-tokens` long, a new one per request unless
 `--prompt-pool`, so no level gains from cached prefixes) and `max_tokens` = `--gen-tokens`. Each level
 sends exactly `--requests` requests, `clients` at a time, each with a timeout, so the run is bounded. The
-levels run as a sandwich (level_order): every level but the last in two halves, before and after the last one, so the host's drift over the run weighs about the same on each level
-(`--sequential`: each level whole, in turn). A request fails unless it answers 200, streams to
-`data: [DONE]` and reports its usage; a request is lost if it never ends. Reported per level: aggregate generated tokens/s (completion
+levels run as a sandwich (level_order): every level but the last in two halves, before and after the last
+one, so the host's drift over the run weighs about the same on each level (`--sequential`: each level
+whole, in turn). A request fails unless it answers 200, streams to `data: [DONE]` and reports its usage; a
+request is lost if it never ends. Reported per level: aggregate generated tokens/s (completion
 tokens only / wall time) and prompt tokens/s, per-request decode tokens/s (median), time to first token
 and latency (p50 / p95); `--profile` adds where each engine step's time went.
 
@@ -186,8 +187,9 @@ def thread_cpu_seconds(tid: int | None) -> float | None:
 class StepProfile:
     """Where a level's wall time went, per engine step: the native step's categories (kernels/decoder.h),
     the engine's Python around it (admission, sampling, detokenizing, bookkeeping), the time the engine
-    was not stepping (idle between requests), and the CPU time the HTTP server's thread and the clients'
-    thread used meanwhile (on the same cores as the step: they slow it down when they run during it)."""
+    was not stepping (idle between requests), and the CPU time the HTTP server's thread and the clients
+    (add_cpu: what the load generator reports) used meanwhile (on the same cores as the step: they slow it
+    down when they run during it)."""
 
     CATEGORIES = ("gemv", "join", "attention", "lm_head", "rest")
 
@@ -195,7 +197,6 @@ class StepProfile:
         self.engine, self.on, self.result = engine, on, None
         self.nat = engine.runner._native if on else None
         self.threads = threads or {}
-        self.cpu_names = tuple(self.threads) + ("clients",)
         self.extra_cpu: dict = {}
         self.tot: dict = {}  # summed over the level's slices (entered once per slice)
 
@@ -228,9 +229,8 @@ class StepProfile:
         for k, t in self.threads.items():
             c0, c1 = self.cpu0.get(k), thread_cpu_seconds(t)
             add[k + "_cpu"] = c1 - c0 if c0 is not None and c1 is not None else None
-        for k in self.cpu_names:
-            if k not in self.threads:
-                add[k + "_cpu"] = self.extra_cpu.get(k)
+        for k, v in self.extra_cpu.items():
+            add[k + "_cpu"] = v
         for k, v in add.items():  # a thread CPU time /proc could not give stays None
             prev = self.tot.get(k, 0)
             self.tot[k] = None if v is None or prev is None else prev + v
@@ -248,9 +248,9 @@ class StepProfile:
             r["native_ms"] = 1e3 * native / n
         r["python_ms"] = 1e3 * max(t["step_s"] - native, 0.0) / n
         r["not_stepping_ms"] = 1e3 * max(t["wall"] - t["step_s"], 0.0) / n
-        for k in self.cpu_names:
-            v = t.get(k + "_cpu")
-            r[k + "_cpu_ms"] = 1e3 * v / n if v is not None else None
+        for k, v in t.items():  # the threads' and the reported (add_cpu) CPU seconds
+            if k.endswith("_cpu"):
+                r[k + "_ms"] = 1e3 * v / n if v is not None else None
         return r
 
 
