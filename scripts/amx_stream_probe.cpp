@@ -11,6 +11,15 @@
 //   pfT<D>   serial, prefetcht2 of slice i+D spread over the tile phase (4 lines a TDPBSUD)
 //   pf0T<D>  the same with prefetcht0
 //   pipe     the unpack of slice i+1 (other panel) interleaved with slice i's TDPBSUDs
+// Stop 26 (Xeon, EMR, 2 GB of codes; TSC cycles a slice, two rounds at 1 thread, three at 2):
+//   1 thread:  mem 603-794, unpack 874-1026, tiles 244-250, serial 1270-1406, pfU2 (the kernel) 956-992,
+//              pfT1/2/4 1046-1707, pf0T1/2 1083-1200, pipe 1055-1074
+//   2 threads: mem 595-809, unpack 885-1218, tiles 336-1046 (the host: no memory in it), serial 1914-2926,
+//              pfU2 1020-2403, pfT 1081-1960, pipe 1069-2053
+// At 1 thread the kernel's order (pfU2) already runs at the unpack's own speed: the tile phase is hidden under
+// the stream, and neither a prefetch over the tile phase nor the pipelined unpack beats it. What stays is the
+// unpack's own work (256 GFNI / AND and 256 stores a slice, ~250 cycles from L2) overlapping the stream only in
+// part (unpack 874-1026 against 603-794 for the loads alone).
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
