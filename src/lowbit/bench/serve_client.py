@@ -151,7 +151,7 @@ async def run_clients(base: str, clients: int, prompts: list[list[int]], gen_tok
     u = urlsplit(base)
     if u.scheme != "http" or not u.hostname:
         raise ValueError(f"the load generator speaks plain http://host:port, got {base!r}")
-    path = (u.path.rstrip("/") or "") + "/v1/completions"
+    path = u.path.rstrip("/") + "/v1/completions"
     results: list[dict] = []
     next_i = 0
 
