@@ -40,9 +40,55 @@ inline __m512i lookup256(__m512i idx, const Table256& t) {
 }
 
 
+// codebook_lut4_scales (codebook_scalar.cpp) 16 pairs at a time, with the same float operations (a correctly rounded
+// division, exponent fields, products with powers of two), so the tables equal the scalar twin's bit for bit; the
+// scalar loop (a division and a variable shift a pair) was ~10 % of a table build.
+int lut4_scales_avx512(const float* mxq, int64_t P, int64_t Pp, float mx, float* invq, uint32_t* mult) {
+  auto first = [](int64_t n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1); };
+  const float inv0 = mx > 0.f ? 127.f / mx : 0.f;
+  const __m512 vinv0 = _mm512_set1_ps(inv0);
+  int64_t A = 0, W = 0;  // the largest window sum of ceil(mx_q * inv0) and the largest window's pair count
+  for (int64_t q0 = 0; q0 < Pp; q0 += 256) {
+    __m512i a = _mm512_setzero_si512();
+    const int64_t qe = std::min(P, q0 + 256);
+    for (int64_t q = q0; q < qe; q += 16) {
+      const __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(first(qe - q), mxq + q), vinv0);
+      a = _mm512_add_epi32(a, _mm512_cvttps_epi32(_mm512_roundscale_ps(t, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)));
+    }
+    A = std::max<int64_t>(A, _mm512_reduce_add_epi32(a));
+    W = std::max(W, std::min(Pp, q0 + 256) - q0);
+  }
+  int E = 7;
+  while (E > 0 && (int64_t(2) * A + W) << E > 65534) --E;
+  const __m512 vmx = _mm512_set1_ps(mx);
+  const __m512i vE = _mm512_set1_epi32(E), one = _mm512_set1_epi32(1);
+  const __m512i odd8 = _mm512_setr_epi32(0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8);
+  for (int64_t q = 0; q < Pp; q += 16) {
+    const __mmask16 kP = first(P - q);
+    const __m512 m = _mm512_maskz_loadu_ps(kP, mxq + q);
+    const __mmask16 pos = _mm512_mask_cmp_ps_mask(kP, m, _mm512_setzero_ps(), _CMP_GT_OQ);
+    // floor(log2(mx / mx_q)): the quotient's exponent field (>= 1; inf: 128); E where mx_q is 0 or past P
+    const __m512i bits = _mm512_castps_si512(_mm512_maskz_div_ps(pos, vmx, m));
+    const __m512i ex = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(0xff)), _mm512_set1_epi32(127));
+    const __m512i e = _mm512_mask_min_epi32(vE, pos, ex, vE);
+    const __m512 pow2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127)), 23));
+    _mm512_mask_storeu_ps(invq + q, kP, _mm512_mul_ps(vinv0, pow2));
+    // mult[q / 2] = mq[q] | mq[q + 1] << 8 | mq[q] << 16 | mq[q + 1] << 24, mq = 2^(E - e)
+    const __m512i sh = _mm512_sllv_epi32(_mm512_sllv_epi32(one, _mm512_sub_epi32(vE, e)), odd8);
+    const __m512i w16 = _mm512_or_si512(sh, _mm512_srli_epi64(sh, 32));  // low dword of each qword
+    const __m256i words = _mm512_cvtepi64_epi32(_mm512_or_si512(w16, _mm512_slli_epi32(w16, 16)));
+    const int64_t nw = std::min<int64_t>(8, (Pp - q) / 2);
+    _mm256_mask_storeu_epi32(mult + q / 2, (__mmask8)((1u << nw) - 1), words);
+  }
+  return E;
+}
+
 struct VbmiScratch {
   std::vector<float> mxq, invq, scq, scb, sxs;
   std::vector<int16_t> xq, cbq;  // build_tables_i16, int16_books
+  std::vector<float> books_src;   // int16_books: the float codebooks cbq was made from
+  bool books_ok = false;
+  std::vector<int32_t> dots;      // build_tables_i16: a group's exact sums [P][256]
   bool use_i16 = false;           // tables from int16 operands (v = 4, 8); false for non-finite codebooks, which
                                   // CodebookWeight refuses at load (a raw binding call takes the float build)
   std::vector<int8_t> tab_raw;                    // [N][Pp][256] from the first 64-byte boundary
@@ -94,7 +140,7 @@ float build_tables_v(const CodebookWeights& w, const float* xg, int64_t grp, Vbm
     s.mxq[q] = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
     mx = std::max(mx, s.mxq[q]);
   }
-  const int E = codebook_lut4_scales(s.mxq.data(), P, Pp, mx, s.invq.data(), mult);
+  const int E = lut4_scales_avx512(s.mxq.data(), P, Pp, mx, s.invq.data(), mult);
   // |T * inv| <= 127 by the scales' choice; cvtps rounds to nearest even (nearbyint)
   for (int64_t q = 0; q < P; ++q) {
     pair(q, cb, xs);
@@ -113,7 +159,11 @@ float build_tables_v(const CodebookWeights& w, const float* xg, int64_t grp, Vbm
 // FMAs; the build was ~20 % of a 4096x4096 GEMV and most of a 1024x4096 one). The codebooks are int16 per codebook
 // (int16_books: cbq = rint(cb * kQ / max|cb_i|)), each segment's activations int16 on its own scale (xq = rint(x * kQ /
 // max|x_s|)); then T_q[c] = float(sum_t cbq xq) * (sx_s * scb_i): exact integer dots (|sum| <= 8 kQ^2 < 2^31), the
-// int32 -> float rounding and two float products, and the scales and quantization of the float build on those T.
+// int32 -> float rounding, and the scales and quantization of the float build on those T. One pass of dots: a group's
+// int32 sums (P x 1 KiB, in L1) are stored while their max is taken, then quantized by one product each (T * inv_q
+// folded into (sx_s scb_i) inv_q). Before, the dots ran twice (max pass, quantize pass) and r[16] spilled to the
+// stack; with the segment/codebook loops nested (no q / m, q % m per pair): a token's tables at K = 4096, harness
+// minimum of 10000 alternating runs, ref-cycles: m1v4b8g128 104-106k -> 77k, m2v8b8g128 159k -> 127-139k.
 // (int8 codebooks, vpdpbusd: 1 % error in the centroids, shared by every weight that uses one, cost 3.3 % perplexity
 // on SmolLM2-135M m1v4b8g128; these match the float tables.) Tests emulate it in numpy (tests/formats/
 // test_codebook.py: int16_operand_tables).
@@ -142,37 +192,38 @@ float build_tables_i16(const CodebookWeights& w, const float* xg, int64_t grp, V
     _mm512_mask_compressstoreu_ps(s.sxs.data() + j / V, V == 4 ? (__mmask16)0x1111 : (__mmask16)0x0101,
                                   _mm512_div_ps(m, rq));
   }
-  // T_q's 256 int32 sums into r[16] (entries 16j..16j+15 in r[j])
-  auto sums = [&](int64_t q, __m512i* r) {
-    const int64_t seg = q / w.m, i = q % w.m;
-    int32_t xd[NP];
-    std::memcpy(xd, s.xq.data() + seg * V, 4 * NP);
-    const int16_t* cb = s.cbq.data() + i * NP * 512;
-    for (int j = 0; j < 16; ++j) {
-      __m512i acc = _mm512_setzero_si512();
-      for (int k = 0; k < NP; ++k)
-        acc = _mm512_dpwssd_epi32(acc, _mm512_loadu_si512(cb + k * 512 + 32 * j), _mm512_set1_epi32(xd[k]));
-      r[j] = acc;
-    }
-  };
   float mx = 0.f;
-  __m512i r[16];
-  for (int64_t q = 0; q < P; ++q) {
-    sums(q, r);
-    __m512i m = _mm512_abs_epi32(r[0]);
-    for (int j = 1; j < 16; ++j) m = _mm512_max_epi32(m, _mm512_abs_epi32(r[j]));
-    s.scq[q] = s.sxs[q / w.m] * s.scb[q % w.m];
-    s.mxq[q] = (float)_mm512_reduce_max_epi32(m) * s.scq[q];
-    mx = std::max(mx, s.mxq[q]);
+  s.dots.resize(P * 256 + 16);
+  int32_t* dots = s.dots.data() + (-reinterpret_cast<uintptr_t>(s.dots.data()) & 63) / 4;
+  const int16_t* xq = s.xq.data();
+  const float *sxs = s.sxs.data(), *scb = s.scb.data();
+  float *scq = s.scq.data(), *mxq = s.mxq.data();
+  for (int64_t seg = 0, q = 0; seg < S; ++seg) {
+    __m512i xd[NP];
+    for (int k = 0; k < NP; ++k) xd[k] = _mm512_set1_epi32(*(const int32_t*)(xq + seg * V + 2 * k));
+    for (int64_t i = 0; i < w.m; ++i, ++q) {
+      const int16_t* cb = s.cbq.data() + i * NP * 512;
+      int32_t* dq = dots + q * 256;
+      __m512i m = _mm512_setzero_si512();
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) {
+        __m512i acc = _mm512_setzero_si512();
+        for (int k = 0; k < NP; ++k) acc = _mm512_dpwssd_epi32(acc, _mm512_loadu_si512(cb + k * 512 + 32 * j), xd[k]);
+        m = _mm512_max_epi32(m, _mm512_abs_epi32(acc));
+        _mm512_store_si512(dq + 16 * j, acc);
+      }
+      scq[q] = sxs[seg] * scb[i];
+      mxq[q] = (float)_mm512_reduce_max_epi32(m) * scq[q];
+      mx = std::max(mx, mxq[q]);
+    }
   }
-  const int E = codebook_lut4_scales(s.mxq.data(), P, Pp, mx, s.invq.data(), mult);
+  const int E = lut4_scales_avx512(s.mxq.data(), P, Pp, mx, s.invq.data(), mult);
   for (int64_t q = 0; q < P; ++q) {
-    sums(q, r);
-    const __m512 sc = _mm512_set1_ps(s.scq[q]), inv = _mm512_set1_ps(s.invq[q]);
+    const __m512 f = _mm512_set1_ps(scq[q] * s.invq[q]);
     for (int c = 0; c < 16; c += 4) {
       __m512i v[4];
       for (int k = 0; k < 4; ++k)
-        v[k] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(r[c + k]), sc), inv));
+        v[k] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots + q * 256 + 16 * (c + k))), f));
       store_entries64(Tq + q * 256 + 16 * c, v);
     }
   }
@@ -194,6 +245,11 @@ float build_tables(const CodebookWeights& w, const float* xg, int64_t grp, VbmiS
 // The codebooks as int16 for build_tables_i16: cbq [m][v/2][256][2] (entry c's pair of dims 2k, 2k+1) = rint(cb *
 // kQ / max|cb_i|), scb [m] = max|cb_i| / kQ. False where the codebooks hold a non-finite value.
 bool int16_books(const CodebookWeights& w, VbmiScratch& s) {
+  // the same codebooks as the last call (a model's matrices are called over and over): the conversion is kept
+  const size_t nb = (size_t)(w.m * 256 * w.v);
+  if (s.books_src.size() == nb && std::memcmp(s.books_src.data(), w.cb, nb * 4) == 0) return s.books_ok;
+  s.books_src.assign(w.cb, w.cb + nb);
+  s.books_ok = false;
   const int64_t np = w.v / 2;
   s.cbq.resize(w.m * np * 512 + 32);
   s.scb.resize(w.m);
@@ -214,6 +270,7 @@ bool int16_books(const CodebookWeights& w, VbmiScratch& s) {
     for (int64_t c = 0; c < 256; ++c)
       for (int64_t k = 0; k < np; ++k) std::memcpy(u + (k * 256 + c) * 2, tmp + c * w.v + 2 * k, 4);
   }
+  s.books_ok = true;
   return true;
 }
 
@@ -315,7 +372,12 @@ void codebook_psum_vbmi(const CodebookWeights& w, const float* x, int64_t ldx, i
     codebook_psum_avx2(w, x, ldx, N, g0, g1, t0, t1, yp, ldy, scratch);
     return;
   }
-  thread_local VbmiScratch s;
+  // One TLS lookup a call: in a shared object each use of a thread_local calls __tls_get_addr, and GCC recomputes
+  // the address rather than keep it (39 calls in this function, 4 % of a 64x4096 call); the empty asm pins it.
+  thread_local VbmiScratch s_tls;
+  VbmiScratch* sp = &s_tls;
+  asm("" : "+r"(sp));
+  VbmiScratch& s = *sp;
   const int64_t Pf = w.segs_full() * w.m, Ppf = Pf + (Pf & 1), mstride = Ppf / 2 + 4;
   s.mxq.resize(Ppf + 8);
   s.invq.resize(Ppf + 8);
