@@ -33,6 +33,12 @@ def test_native_every_isa_exact(isa, rng, m, k, kind):
         np.testing.assert_array_equal(y, (q.astype(np.int64) @ a.T).astype(np.float32), err_msg=f"{isa} {kind} n={n}")
 
 
+def test_kernel_path_follows_the_isa(isa):
+    # the AVX-512BW kernel on the levels that guarantee it, AVX2's on avx2 / avxvnni, the scalar twin on scalar
+    want = {"amx": "avx512", "avx512": "avx512", "avxvnni": "avx2", "avx2": "avx2", "scalar": "scalar"}[isa]
+    assert _native.rsr_lut_path() == want
+
+
 @pytest.mark.parametrize("kind", ["binary", "ternary", "int2", "int4"])
 def test_int16_bound_at_extreme_inputs(isa, kind):
     # every table entry at its largest magnitude (all ones / all -1 / all top codes, |x| = 127) over many spans

@@ -379,7 +379,7 @@ def add_parser(bsub) -> None:
 def run(parts, min_n: int, max_n: int | None, shape: str, tokens, threads: int, slab_bytes: int, progress) -> dict:
     lowbit.set_threads(threads)
     rng = np.random.default_rng(0)
-    res = {"threads": threads, "isa": lowbit.cpu_info()["isa"], "rsr_path": _native.rsr_path(),
+    res = {"threads": threads, "isa": lowbit.cpu_info()["isa"], "rsr_path": _native.rsr_path(), "rsr_lut_path": _native.rsr_lut_path(),
            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S")}
     if "fig11" in parts:
         res["fig11"] = fig11([1 << e for e in range(min_n, (max_n or 15) + 1)], rng, slab_bytes, progress)
@@ -424,7 +424,8 @@ def main(args) -> int:
 
 
 def print_rsr(res: dict) -> None:
-    print(f"lowbit bench rsr: {res['threads']} thread(s), ISA {res['isa']}, RSR kernel path {res['rsr_path']}")
+    print(f"lowbit bench rsr: {res['threads']} thread(s), ISA {res['isa']}, RSR kernel path {res['rsr_path']}, "
+          f"rsr-lut kernel path {res['rsr_lut_path']}")
     if res.get("fig11"):
         print("\nFigure 11 (NumPy): NumPy RSR++ vs np.dot(v, A), A n x n, one vector; np.dot on float32 (BLAS) and on"
               " int64 (the authors' baseline, no BLAS)")

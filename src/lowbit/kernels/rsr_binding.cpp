@@ -226,6 +226,7 @@ void bind_rsr(nb::module_& m) {
         nb::arg("negs"), nb::arg("q").noconvert(), nb::arg("sx").noconvert(), nb::arg("rowscale").none().noconvert(),
         nb::arg("coef"), nb::arg("accumulate"), nb::arg("y").noconvert(), nb::arg("iters") = 1);
   m.def("rsr_path", [] { return std::string(rsr_kernels().name); });
+  m.def("rsr_lut_path", [] { return std::string(lut_kernels().name); });
   m.def("standard_gemv_u8", &standard_gemv, nb::arg("w").noconvert(), nb::arg("x").noconvert(), nb::arg("y").noconvert(), nb::arg("iters") = 1);
 }
 

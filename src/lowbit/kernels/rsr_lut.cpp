@@ -9,7 +9,9 @@
 namespace lowbit {
 
 const LutKernels& lut_kernels() {
-  return selected_isa() == "scalar" ? lut_kernels_scalar : lut_kernels_avx2;
+  const std::string& isa = selected_isa();
+  if (isa == "scalar") return lut_kernels_scalar;
+  return isa == "avx512" || isa == "amx" ? lut_kernels_avx512 : lut_kernels_avx2;
 }
 
 void lut_tables(const int8_t* x, int64_t K, int8_t* tab) {

@@ -6,7 +6,7 @@
 // partial sums T_c[p] = sum_{i: bit i of p} x[4c + i], and each output row looks up its 4-bit pattern
 // of that chunk: O(M K / 4) lookups for M K weights, no permutation, regular access. On AVX2 one
 // vpshufb does 32 lookups of a 16-entry byte table, so the int16 table is split into its low and high
-// bytes (two vpshufb) and re-interleaved with vpunpck{l,h}bw.
+// bytes (two vpshufb) and re-interleaved with vpunpck{l,h}bw; on AVX-512BW a zmm does it for two chunks.
 //
 // A weight is a sum of binary planes, A = sum_i sign_i 2^shift_i B_i (binary: one plane; ternary:
 // +B(t > 0) - B(t < 0); int2 codes: B0 + 2 B1), packed per tile of 64 output rows:
@@ -44,6 +44,7 @@ struct LutKernels {
 };
 extern const LutKernels lut_kernels_scalar;
 extern const LutKernels lut_kernels_avx2;
+extern const LutKernels lut_kernels_avx512;  // AVX-512BW: two chunks a zmm
 const LutKernels& lut_kernels();
 
 // tab [K4][32] from x [K] (int8, zero past K); lut_build_tables: N tokens x [N][K] on the pool.

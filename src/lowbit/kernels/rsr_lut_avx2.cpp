@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common.h"
 #include "rsr_lut.h"
 
 namespace lowbit {
@@ -12,6 +13,7 @@ namespace {
 template <int PLANES>
 void tile_n(const uint8_t* wt, const int8_t* tab, int64_t K4, const LutPlanes& p, int32_t* out) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const uint8_t* last = wt + (K4 * PLANES - 1) * 32;
   const int64_t span = lut_span(p);
   __m256i acc[8];  // int32, rows in the order of widen() below
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_si256();
@@ -21,6 +23,8 @@ void tile_n(const uint8_t* wt, const int8_t* tab, int64_t K4, const LutPlanes& p
     for (int64_t c = c0; c < c1; ++c) {
       const __m256i tl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(tab + c * 32)));
       const __m256i th = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(tab + c * 32 + 16)));
+      if (!(c & 1))  // the tile's codes are one stream: kPrefetchBytes ahead, a line per 64 bytes
+        for (int pl = 0; pl < PLANES; ++pl) _mm_prefetch(prefetch_target(wt + (c * PLANES + pl) * 32, last), _MM_HINT_T0);
       for (int pl = 0; pl < PLANES; ++pl) {
         const __m256i v = _mm256_loadu_si256((const __m256i*)(wt + (c * PLANES + pl) * 32));
         const __m256i i0 = _mm256_and_si256(v, low4);                        // rows 0..31
