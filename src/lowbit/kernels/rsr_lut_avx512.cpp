@@ -17,7 +17,7 @@ template <int PLANES>
 inline __m512i codes2(const uint8_t* wt, int64_t c, int64_t K4, int pl) {
   const uint8_t* a = wt + (c * PLANES + pl) * 32;
   const bool two = c + 1 < K4;
-  if constexpr (PLANES == 1) return two ? _mm512_loadu_si512(a) : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)a));
+  if constexpr (PLANES == 1) return two ? _mm512_loadu_si512(a) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)a));
   const __m256i lo = _mm256_loadu_si256((const __m256i*)a);
   const __m256i hi = two ? _mm256_loadu_si256((const __m256i*)(a + PLANES * 32)) : _mm256_setzero_si256();
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -37,7 +37,7 @@ void tile_n(const uint8_t* wt, const int8_t* tab, int64_t K4, const LutPlanes& p
     for (int64_t c = c0; c < c1; c += 2) {
       // [low c | high c | low c+1 | high c+1] -> tl = [low c, low c, low c+1, low c+1], th likewise
       const __m512i T = c + 1 < K4 ? _mm512_loadu_si512(tab + c * 32)
-                                   : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(tab + c * 32)));
+                                   : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(tab + c * 32)));
       const __m512i tl = _mm512_shuffle_i64x2(T, T, 0xA0), th = _mm512_shuffle_i64x2(T, T, 0xF5);
       // the tile's codes are one stream of K4 * PLANES * 32 bytes: kPrefetchBytes ahead, a line per 64 bytes
       for (int pl = 0; pl < PLANES; ++pl) _mm_prefetch(prefetch_target(wt + (c * PLANES + pl) * 32, last), _MM_HINT_T0);
