@@ -14,7 +14,8 @@ void tile(const uint8_t* wt, const int8_t* tab, int64_t K4, const LutPlanes& p, 
       for (int j = 0; j < 32; ++j)
         for (int half = 0; half < 2; ++half) {
           const int nib = half ? b[j] >> 4 : b[j] & 15;
-          const int32_t t = (int32_t)(int16_t)(lo[nib] | (hi[nib] << 8)) * (1 << p.shift[pl]);
+          // the int16 entry from its bytes (the high byte unsigned: shifting a negative int8 is UB before C++20)
+          const int32_t t = (int32_t)(int16_t)(uint16_t)(lo[nib] | (uint8_t)hi[nib] << 8) * (1 << p.shift[pl]);
           out[j + 32 * half] += p.neg[pl] ? -t : t;
         }
     }
