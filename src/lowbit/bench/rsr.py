@@ -379,8 +379,8 @@ def add_parser(bsub) -> None:
 def run(parts, min_n: int, max_n: int | None, shape: str, tokens, threads: int, slab_bytes: int, progress) -> dict:
     lowbit.set_threads(threads)
     rng = np.random.default_rng(0)
-    res = {"threads": threads, "isa": lowbit.cpu_info()["isa"], "rsr_path": _native.rsr_path(), "rsr_lut_path": _native.rsr_lut_path(),
-           "timestamp": time.strftime("%Y-%m-%d %H:%M:%S")}
+    res = {"threads": threads, "isa": lowbit.cpu_info()["isa"], "rsr_path": _native.rsr_path(),
+           "rsr_lut_path": _native.rsr_lut_path(), "timestamp": time.strftime("%Y-%m-%d %H:%M:%S")}
     if "fig11" in parts:
         res["fig11"] = fig11([1 << e for e in range(min_n, (max_n or 15) + 1)], rng, slab_bytes, progress)
     if "fig4" in parts:

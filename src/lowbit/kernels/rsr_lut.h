@@ -18,6 +18,7 @@
 // every lut_span(...) = floor(32767 / that) chunks (binary 64, ternary 32).
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 namespace lowbit {
 
@@ -42,6 +43,19 @@ struct LutKernels {
   const char* name;
   void (*tile)(const uint8_t* wt, const int8_t* tab, int64_t K4, const LutPlanes& p, int32_t* out);
 };
+// The ISA kernels' tile_n<PLANES> called with the plane count known at run time:
+// f(std::integral_constant<int, planes>) for planes 1..kLutMaxPlanes.
+template <class F>
+inline void lut_with_planes(int planes, F&& f) {
+  static_assert(kLutMaxPlanes == 4, "one case per plane count");
+  switch (planes) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    default: return f(std::integral_constant<int, 4>{});
+  }
+}
+
 extern const LutKernels lut_kernels_scalar;
 extern const LutKernels lut_kernels_avx2;
 extern const LutKernels lut_kernels_avx512;  // AVX-512BW: two chunks a zmm

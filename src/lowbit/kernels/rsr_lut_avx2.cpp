@@ -53,12 +53,7 @@ void tile_n(const uint8_t* wt, const int8_t* tab, int64_t K4, const LutPlanes& p
 }
 
 void tile(const uint8_t* wt, const int8_t* tab, int64_t K4, const LutPlanes& p, int32_t* out) {
-  switch (p.planes) {
-    case 1: return tile_n<1>(wt, tab, K4, p, out);
-    case 2: return tile_n<2>(wt, tab, K4, p, out);
-    case 3: return tile_n<3>(wt, tab, K4, p, out);
-    default: return tile_n<4>(wt, tab, K4, p, out);
-  }
+  lut_with_planes(p.planes, [&](auto n) { tile_n<decltype(n)::value>(wt, tab, K4, p, out); });
 }
 
 }  // namespace
