@@ -12,6 +12,7 @@ from lowbit.formats.base import SourceRows
 NATIVE = {
     "int8": [{}, {"group_size": None}, {"group_size": 64}],
     "int4": [{}, {"group_size": 64}, {"group_size": None}, {"symmetric": True}],
+    "int6": [{}, {"group_size": 64}, {"group_size": None}],
     "int2": [{}, {"group_size": 32}, {"symmetric": True}],
     "binary": [{}, {"group_size": 32}, {"group_size": 96}],
     "ternary": [{}, {"scale": "row"}, {"group_size": 64}, {"group_size": 32}],

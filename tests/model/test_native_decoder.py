@@ -22,7 +22,7 @@ def config(model_type: str) -> dict:
 
 
 @pytest.mark.parametrize("model_type", ["llama", "bitnet"])
-@pytest.mark.parametrize("fmt", ["f32", "bf16", "int8", "int4", "int2", "ternary", "tq1", "binary"])
+@pytest.mark.parametrize("fmt", ["f32", "bf16", "int8", "int6", "int4", "int2", "ternary", "tq1", "binary"])
 def test_native_decode_matches_python(isa, model_type, fmt):
     cfg = config(model_type)
     model = Model.from_weights(cfg, dummy_weights(cfg), format=fmt, max_context=64)

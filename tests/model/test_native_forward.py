@@ -18,7 +18,7 @@ from lowbit.model.native import NativeDecoder
 
 from .test_native_decoder import FAMILY_EXTRAS, config
 
-FORMATS = ["f32", "bf16", "int8", "int4", "int2", "ternary", "tq1", "binary", "codebook"]
+FORMATS = ["f32", "bf16", "int8", "int6", "int4", "int2", "ternary", "tq1", "binary", "codebook"]
 IDS = [(37 * i + 11) % 300 for i in range(40)]  # 40 tokens: chunks of 16 leave a ragged 8
 
 

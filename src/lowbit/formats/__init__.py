@@ -15,6 +15,7 @@ from lowbit.formats.codebook import CodebookWeight
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.int2 import Int2Weight
 from lowbit.formats.int4 import Int4Weight
+from lowbit.formats.int6 import Int6Weight
 from lowbit.formats.int8 import Int8Weight
 from lowbit.formats.rsr import RSRWeight
 from lowbit.formats.intcodes import IntCodeWeight
@@ -23,7 +24,7 @@ from lowbit.formats.tq1 import TQ1Weight
 
 FORMATS: dict[str, type[PackedWeight]] = {
     cls.format: cls
-    for cls in (F32Weight, BF16Weight, Int8Weight, Int4Weight, Int2Weight, TernaryWeight, TQ1Weight, BinaryWeight, RSRWeight,
+    for cls in (F32Weight, BF16Weight, Int8Weight, Int6Weight, Int4Weight, Int2Weight, TernaryWeight, TQ1Weight, BinaryWeight, RSRWeight,
                 CodebookWeight)
 }
 

@@ -48,6 +48,7 @@ struct PyDecoder {
 
 // A projection for the native decoder, from a tuple built by lowbit.model.native:
 //   ("int", codes, scale, offset|None, zc, bits, M, K, Kp, group, bias|None)
+//   ("int6", codes (4-bit), scale, offset, codes_hi (2-bit), scale_hi (16 x scale), M, K, Kp, group, bias|None)
 //   ("f32" | "bf16", weight [M, K], bias|None)
 //   ("tq1", codes, scale, M, K, Kp, group, bias|None)
 //   ("codebook", codes, scale, cbT, cb, M, K, Kp, group, bias|None)
@@ -56,7 +57,7 @@ LinearRef linear_from_tuple(nb::handle h, const char* what, std::vector<nb::obje
   if (!(nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) || nb::len(h) == 0)
     fail(w + " must be a projection tuple (kind, ...), got " + describe(h));
   std::string kind;
-  if (!nb::try_cast<std::string>(h[0], kind)) fail(w + ": the first item must be the kind: 'int', 'tq1', 'codebook', 'f32' or 'bf16'");
+  if (!nb::try_cast<std::string>(h[0], kind)) fail(w + ": the first item must be the kind: 'int', 'int6', 'tq1', 'codebook', 'f32' or 'bf16'");
   const char* fn = what;
   LinearRef L;
   size_t bias_at = 0;
@@ -68,6 +69,18 @@ LinearRef linear_from_tuple(nb::handle h, const char* what, std::vector<nb::obje
     L.iw = checked_int_weights(fn, t[1], t[2], t[3], scalar<float>(t[4], "zc"), scalar<int>(t[5], "bits"), L.M,
                                scalar<int64_t>(t[8], "Kp"), scalar<int64_t>(t[9], "group"));
     if (L.K <= 0 || L.K > L.iw.Kp) fail(w + ": K must be in [1, Kp]");
+    bias_at = 10;
+  } else if (kind == "int6") {
+    const auto t = items(h, 11, (w + " ('int6', codes, scale, offset, codes_hi, scale_hi, M, K, Kp, group, bias)").c_str());
+    L.kind = 0;
+    L.M = scalar<int64_t>(t[6], "M");
+    L.K = scalar<int64_t>(t[7], "K");
+    const int64_t Kp = scalar<int64_t>(t[8], "Kp"), group = scalar<int64_t>(t[9], "group");
+    if (t[3].is_none()) fail(w + ": an 'int6' projection needs its offsets");
+    L.iw = checked_int_weights(fn, t[1], t[2], t[3], 0.f, 4, L.M, Kp, group);
+    L.iw_hi = checked_int_weights(fn, t[4], t[5], nb::none(), 0.f, 2, L.M, Kp, group);
+    L.has_hi = true;
+    if (L.K <= 0 || L.K > Kp) fail(w + ": K must be in [1, Kp]");
     bias_at = 10;
   } else if (kind == "tq1") {
     const auto t = items(h, 8, (w + " ('tq1', codes, scale, M, K, Kp, group, bias)").c_str());
@@ -95,7 +108,7 @@ LinearRef linear_from_tuple(nb::handle h, const char* what, std::vector<nb::obje
     L.K = fw.K;
     bias_at = 2;
   } else {
-    fail(w + ": unknown projection kind '" + kind + "' (use 'int', 'tq1', 'codebook', 'f32' or 'bf16')");
+    fail(w + ": unknown projection kind '" + kind + "' (use 'int', 'int6', 'tq1', 'codebook', 'f32' or 'bf16')");
   }
   nb::handle b = h[bias_at];
   if (!b.is_none()) {

@@ -155,7 +155,7 @@ void gated_task(void* p, int64_t t) {
 bool run_gated(const LinearRef& gate, const LinearRef& up, float* g, float* u, const float* x, int act,
                ActScratch& s, const NextPrefetch* next) {
   const IntWeights &gw = gate.iw, &uw = up.iw;
-  if (gate.kind != 0 || up.kind != 0 || gate.bias || up.bias || gate.K != up.K || gw.M != uw.M || gw.Mb != uw.Mb ||
+  if (gate.kind != 0 || up.kind != 0 || gate.has_hi || up.has_hi || gate.bias || up.bias || gate.K != up.K || gw.M != uw.M || gw.Mb != uw.Mb ||
       gw.Kp != uw.Kp || gw.group != uw.group || gw.G != uw.G)
     return false;
   const KernelTable* k = &active_kernels();
@@ -176,13 +176,34 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
       const int64_t Kp = L.iw.Kp, group = L.iw.group;
       const ActQ a = quantize_input(x, N, L.K, Kp, group, L.iw.G, s, k);
       MultiIntJob m;
-      for (int j = i; j < n; ++j) {
+      auto joins = [&](int j) {
         const LinearRef& J = *lins[j];
-        if (done[j] || J.kind != 0 || J.iw.Kp != Kp || J.iw.group != group || J.K != L.K) continue;
+        return !done[j] && J.kind == 0 && J.iw.Kp == Kp && J.iw.group == group && J.K == L.K;
+      };
+      size_t hi_floats = 0;
+      for (int j = i; j < n; ++j)
+        if (joins(j) && lins[j]->has_hi) hi_floats += N * lins[j]->M;
+      s.yhi.resize(hi_floats);
+      float* yh = s.yhi.data();
+      std::vector<int> two_planes;  // the projections of this run with a second plane, in order
+      for (int j = i; j < n; ++j) {
+        if (!joins(j)) continue;
+        const LinearRef& J = *lins[j];
         m.add(make_int_job(J.iw, a, ys[j], k));
+        if (J.has_hi) {
+          m.add(make_int_job(J.iw_hi, a, yh, k));
+          yh += N * J.M;
+          two_planes.push_back(j);
+        }
         done[j] = true;
       }
       pool_run(m.tasks(), multi_int_task, &m, next);
+      yh = s.yhi.data();
+      for (int j : two_planes) {
+        const int64_t e1 = N * lins[j]->M;
+        for (int64_t e = 0; e < e1; ++e) ys[j][e] += yh[e];
+        yh += e1;
+      }
     } else if (L.kind == 4) {  // float activations, zero-padded to Kp when K is not a multiple of v
       const float* xp = x;
       if (L.cb.Kp != L.K) {

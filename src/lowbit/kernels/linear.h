@@ -54,6 +54,10 @@ void float_task(void* p, int64_t t);
 struct LinearRef {
   int kind = 0;  // 0 integer codes, 1 f32, 2 bf16, 3 tq1, 4 codebook
   IntWeights iw{};
+  // kind 0 with a second plane (int6: iw the codes' low 4 bits with the scales and offsets, iw_hi the high 2
+  // bits with 16x the scales): y = iw . x + iw_hi . x, both on one quantization of x
+  IntWeights iw_hi{};
+  bool has_hi = false;
   TQ1Weights tq{};
   CodebookWeights cb{};
   FloatWeights fw{};
@@ -64,7 +68,7 @@ struct LinearRef {
 // Scratch for one input: its int8 quantization (per Kp/group) and the bf16 x layout.
 struct ActScratch {
   std::vector<int8_t, CacheAligned<int8_t>> q;  // tile rows on cache lines (CacheAligned)
-  std::vector<float> scale, xf;
+  std::vector<float> scale, xf, yhi;  // yhi: the second planes' outputs (LinearRef::has_hi)
   std::vector<int32_t> sum;
 };
 

@@ -115,6 +115,16 @@ void quant_task(void* ctx, int64_t blk) {
       if (offset) offset[g * kRows + i] = f32_to_f16(b[g]);
     }
   }
+  if (P.bits == 6) {  // code = lo + 16 hi: lo in the 4-bit layout, hi in the 2-bit one (int6.py)
+    std::vector<uint8_t> hi(kRows * Kp);
+    for (size_t i = 0; i < codes.size(); ++i) {
+      hi[i] = codes[i] >> 4;
+      codes[i] &= 15;
+    }
+    pack_block(codes.data(), Kp, 4, J.out.codes + blk * kRows * Kp * 4 / 8);
+    pack_block(hi.data(), Kp, 2, J.out.codes_hi + blk * kRows * Kp * 2 / 8);
+    return;
+  }
   pack_block(codes.data(), Kp, P.bits, J.out.codes + blk * kRows * Kp * P.bits / 8);
 }
 

@@ -25,7 +25,7 @@ struct QuantSource {
 
 struct QuantSpec {
   int method;            // QuantMethod
-  int bits;              // 1, 2, 4, 8
+  int bits;              // 1, 2, 4, 8; 6 (affine, 64 levels) packs two planes: QuantOut::codes_hi
   int64_t group;         // a multiple of 32, or Kp
   bool symmetric;        // affine only
   const double* ratios;  // affine only: the clipping ratios, in search order
@@ -33,9 +33,10 @@ struct QuantSpec {
 };
 
 struct QuantOut {
-  uint8_t* codes;        // [Mb * Kp * 64 * bits / 8]
+  uint8_t* codes;        // [Mb * Kp * 64 * bits / 8]; bits 6: the codes' low 4 bits, the 4-bit layout
   uint16_t* scale;       // f16 [Mb][G][64]
   uint16_t* offset;      // f16 [Mb][G][64], or nullptr (affine asymmetric needs it)
+  uint8_t* codes_hi = nullptr;  // bits 6 only: the codes' high 2 bits, the 2-bit layout [Mb * Kp * 64 * 2 / 8]
 };
 
 // Per-row work, one table per ISA (scalar twin and AVX2), picked by the active kernel level.

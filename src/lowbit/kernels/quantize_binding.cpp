@@ -27,7 +27,7 @@ void require(bool ok, const std::string& msg) {
 // src: float32, float16 or (bf16 bits as) uint16, [R][K] with R >= every row read
 void quantize_int_py(AnyArr src, int kind, int64_t M, int64_t K, std::optional<Vec<const int64_t>> rows, int method,
                      int bits, int64_t group, bool symmetric, Vec<const double> ratios, Vec<uint8_t> codes,
-                     Vec<uint16_t> scale, std::optional<Vec<uint16_t>> offset) {
+                     Vec<uint16_t> scale, std::optional<Vec<uint16_t>> offset, std::optional<Vec<uint8_t>> codes_hi) {
   require(M > 0 && K > 0, "quantize_int: M and K must be positive");
   require(kind == kSrcF32 || kind == kSrcF16 || kind == kSrcBF16, "quantize_int: kind must be 0 (f32), 1 (f16), 2 (bf16)");
   const nb::dlpack::dtype dt = src.dtype();
@@ -35,7 +35,9 @@ void quantize_int_py(AnyArr src, int kind, int64_t M, int64_t K, std::optional<V
                                        : (dt.bits == 16 && (dt.code == (uint8_t)nb::dlpack::dtype_code::Float ||
                                                             dt.code == (uint8_t)nb::dlpack::dtype_code::UInt));
   require(ok_dtype, "quantize_int: source dtype does not match kind (float32, float16, or bf16 bits as uint16)");
-  require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "quantize_int: bits must be 1, 2, 4 or 8");
+  require(bits == 1 || bits == 2 || bits == 4 || bits == 8 || bits == 6, "quantize_int: bits must be 1, 2, 4, 6 or 8");
+  require((bits == 6) == (bool)codes_hi, "quantize_int: codes_hi is given for bits 6 and only then");
+  require(bits != 6 || (method == kQuantAffine && !symmetric), "quantize_int: bits 6 is asymmetric affine only");
   require(method == kQuantInt8 || method == kQuantAffine || method == kQuantBinary, "quantize_int: unknown method");
   const int64_t Kp = (K + 63) / 64 * 64, Mb = (M + 63) / 64;
   require(group > 0 && (group % 32 == 0 || group == Kp) && group <= Kp, "quantize_int: group must be a multiple of 32 or Kp");
@@ -49,14 +51,16 @@ void quantize_int_py(AnyArr src, int kind, int64_t M, int64_t K, std::optional<V
   } else {
     require(src_rows >= M, "quantize_int: the source has fewer than M rows");
   }
-  require((int64_t)codes.shape(0) == Mb * Kp * 64 * bits / 8, "quantize_int: codes has the wrong size");
+  const int lo_bits = bits == 6 ? 4 : bits;
+  require((int64_t)codes.shape(0) == Mb * Kp * 64 * lo_bits / 8, "quantize_int: codes has the wrong size");
+  require(!codes_hi || (int64_t)codes_hi->shape(0) == Mb * Kp * 64 * 2 / 8, "quantize_int: codes_hi has the wrong size");
   require((int64_t)scale.shape(0) == Mb * G * 64, "quantize_int: scale has the wrong size");
   require(!offset || (int64_t)offset->shape(0) == Mb * G * 64, "quantize_int: offset has the wrong size");
   require(method != kQuantAffine || (ratios.shape(0) > 0 && (symmetric || offset)),
           "quantize_int: affine needs ratios (and offsets unless symmetric)");
   QuantSource s{src.data(), kind, M, K, rows ? rows->data() : nullptr};
   QuantSpec p{method, bits, group, symmetric, ratios.data(), (int)ratios.shape(0)};
-  QuantOut o{codes.data(), scale.data(), offset ? offset->data() : nullptr};
+  QuantOut o{codes.data(), scale.data(), offset ? offset->data() : nullptr, codes_hi ? codes_hi->data() : nullptr};
   nb::gil_scoped_release release;
   quantize_int(s, p, o);
 }
@@ -155,6 +159,7 @@ void bind_quantize(nb::module_& m) {
   m.def("quantize_int", &quantize_int_py, nb::arg("src"), nb::arg("kind"), nb::arg("M"), nb::arg("K"),
         nb::arg("rows").none(), nb::arg("method"), nb::arg("bits"), nb::arg("group"), nb::arg("symmetric"),
         nb::arg("ratios"), nb::arg("codes").noconvert(), nb::arg("scale").noconvert(), nb::arg("offset").none().noconvert(),
+        nb::arg("codes_hi").none().noconvert() = nb::none(),
         "Quantizes rows of a float32/float16/bf16 matrix into the integer-code layout (see quantize.h).");
   m.def("gguf_dequantize", &gguf_dequantize_py, nb::arg("data"), nb::arg("type"), nb::arg("K"), nb::arg("rows").none(),
         nb::arg("M"), nb::arg("out").noconvert(),

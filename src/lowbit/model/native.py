@@ -17,6 +17,7 @@ from lowbit.formats.codebook import CodebookWeight
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.intcodes import IntCodeWeight
 from lowbit.formats.rsr import RSRWeight
+from lowbit.formats.int6 import Int6Weight
 from lowbit.formats.tq1 import TQ1Weight
 from lowbit.model.hugepages import codes_to_hugepages
 from lowbit.model.kv_cache import kv_kind
@@ -33,6 +34,9 @@ def linear_tuple(lin):
     if isinstance(w, IntCodeWeight):
         return ("int", w.codes, w._scale_u16, w._offset_u16, float(w.zc or 0.0), w.bits, w.shape[0], w.shape[1],
                 w.kp, w.group, b)
+    if isinstance(w, Int6Weight):
+        return ("int6", w.lo.codes, w.lo._scale_u16, w.lo._offset_u16, w.hi.codes, w.hi._scale_u16, w.shape[0],
+                w.shape[1], w.kp, w.group, b)
     if isinstance(w, TQ1Weight):
         return ("tq1", w.codes, w._scale_u16, w.shape[0], w.shape[1], w.kp, w.group, b)
     if isinstance(w, CodebookWeight):
