@@ -81,7 +81,8 @@ def test_rotation_uses_distinct_copies():
 
 
 @pytest.mark.parametrize("head, head_bytes", [
-    (None, 32000 * 1536 + 32000 * 48 * 2),  # the default int8: a byte per weight + a float16 scale per 32
+    (None, 32000 * 1536 * 6 // 8 + 32000 * 48 * 6),  # the default int6: 6 bits a weight + 3 float16 per 32
+    ("int8", 32000 * 1536 + 32000 * 48 * 2),  # int8: a byte per weight + a float16 scale per 32
     ("int4", 32000 * 1536 // 2 + 32000 * 48 * 4),  # int4: half a byte + float16 scale and offset per 32
 ])
 def test_e2e_shape_json(capsys, head, head_bytes):
@@ -93,7 +94,7 @@ def test_e2e_shape_json(capsys, head, head_bytes):
     assert main(args + ["--json", "--kv-cache", "int8"]) == 0  # K/V rows of 96 int8 values + a float32 scale
     b8 = json.loads(capsys.readouterr().out)["bytes_per_token"]
     assert b8["kv_cache"] * 96 * 2 == b["kv_cache"] * 100
-    assert res["model"].startswith(f"bitnet-0.7b (ternary, lm_head {head or 'int8'}")
+    assert res["model"].startswith(f"bitnet-0.7b (ternary, lm_head {head or 'int6'}")
     assert res["tg_tps"] > 0 and res["pp_tps"] > 0 and 0 < res["roofline_fraction"]
     # one block: q, k, v, o (1536 x 1536) + gate, up, down (1536 x 4096) per token; lm_head once per 8 tokens
     assert res["prefill_macs_per_token"] == 4 * 1536 * 1536 + 3 * 1536 * 4096 + 32000 * 1536 // 8

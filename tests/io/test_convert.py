@@ -8,7 +8,7 @@ import pytest
 from lowbit.formats import PackedWeight, quantize
 from lowbit.formats.ternary import TernaryWeight
 from lowbit.io.checkpoint import open_checkpoint
-from lowbit.io.convert import convert
+from lowbit.io.convert import LM_HEAD_FORMAT, convert
 from lowbit.io.modeldir import LowbitCheckpoint, OutputExistsError
 
 from .tiny import random_ternary, random_weights, tiny_config, write_bitnet_packed, write_gguf, write_hf
@@ -49,7 +49,7 @@ def test_quantized_round_trip(tmp_path, hf_src, fmt, group):
             x = np.random.default_rng(0).standard_normal((3, w.shape[1])).astype(np.float32)
             np.testing.assert_array_equal(got.matmul(x), want.matmul(x))  # the kernels run on mmapped arrays
         elif name == "lm_head.weight":
-            np.testing.assert_array_equal(got.dequantize(), quantize(w, "int8").dequantize())
+            np.testing.assert_array_equal(got.dequantize(), quantize(w, LM_HEAD_FORMAT).dequantize())
         elif name == "model.embed_tokens.weight":
             assert got.format == "bf16"
         else:
@@ -73,7 +73,7 @@ def test_tied_embeddings_get_their_own_lm_head(tmp_path):
     ck = open_checkpoint(convert(src, tmp_path / "out", progress=False))
     assert "lm_head.weight" in ck.tensor_names() and ck.config["tie_word_embeddings"] is False
     embed = open_checkpoint(src).load("model.embed_tokens.weight")
-    np.testing.assert_array_equal(ck.load("lm_head.weight").dequantize(), quantize(embed, "int8").dequantize())
+    np.testing.assert_array_equal(ck.load("lm_head.weight").dequantize(), quantize(embed, LM_HEAD_FORMAT).dequantize())
     assert ck.load("model.embed_tokens.weight").format == "bf16"
 
 
@@ -158,7 +158,7 @@ def test_tokenizer_and_config_are_written(tmp_path, hf_src):
     assert tok.encode("hello world") == ref.encode("hello world") and tok.eos_ids == ref.eos_ids
     assert tok.apply_chat_template([{"role": "user", "content": "x"}]) == ref.apply_chat_template([{"role": "user", "content": "x"}])
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["lowbit"]["version"] == 1 and cfg["lowbit"]["lm_head_format"] == "int8"
+    assert cfg["lowbit"]["version"] == 1 and cfg["lowbit"]["lm_head_format"] == LM_HEAD_FORMAT == "int6"
     assert cfg["lowbit"]["tensors"]["model.norm.weight"] == {"dtype": "float32", "shape": [64]}
 
 

@@ -27,6 +27,7 @@ from lowbit.bench.shapes import GEMV_MODELS, MODEL_SHAPES, linear_shapes
 from lowbit.formats import Activations, get_format
 from lowbit.formats.codebook import CodebookWeight, codes_bytes, parse_spec, row_tile
 from lowbit.formats.floats import BF16Weight, F32Weight
+from lowbit.formats.int6 import Int6Weight
 from lowbit.formats.intcodes import ROW_BLOCK, IntCodeWeight, padded_k, resolve_group
 from lowbit.formats.rsr import RSRWeight
 from lowbit.formats.tq1 import TQ1Weight
@@ -95,6 +96,13 @@ def random_weight(fmt: str, m: int, k: int, rng: np.random.Generator):
         codes = _tq1.VALID_BYTES[rng.integers(0, 243, size=mb * (kp // _tq1.KC) * _tq1.CHUNK_BYTES)]
         scale = rng.uniform(0.01, 0.02, size=mb * ROW_BLOCK).astype(np.float16)
         return TQ1Weight((m, k), kp, codes, scale)
+    if cls is Int6Weight:  # random bytes in both planes (any byte is valid), scales and offsets as int4's
+        kp, mb = padded_k(k), -(-m // ROW_BLOCK)
+        g = -(-kp // Int6Weight.default_group)
+        scale = rng.uniform(0.01, 0.02, size=mb * g * ROW_BLOCK).astype(np.float16)
+        return Int6Weight((m, k), Int6Weight.default_group, rng.integers(0, 256, size=mb * kp * ROW_BLOCK // 2, dtype=np.uint8),
+                          rng.integers(0, 256, size=mb * kp * ROW_BLOCK // 4, dtype=np.uint8), scale,
+                          (-scale * 1.5).astype(np.float16))
     assert issubclass(cls, IntCodeWeight)
     kp = padded_k(k)
     mb = -(-m // ROW_BLOCK)
@@ -124,6 +132,17 @@ def _timer(pw, n_tokens: int, copies: list, rng):
         q, sx, sq = Activations(x).int8(pw.kp, pw.group)
         tuples = [c.native_args() for c in copies]
         return lambda iters: _native.gemm_tq1(tuples, m, pw.kp, pw.group, q, sx, sq, y, iters)[1]
+    if isinstance(pw, Int6Weight):  # both planes in one native call, as the decoder runs them
+        q, sx, sq = Activations(x).int8(pw.kp, pw.group)
+        ys = [np.empty((n_tokens, m), np.float32) for _ in range(2)]
+
+        def loop6(iters):
+            t0 = time.perf_counter()
+            for i in range(iters):
+                c = copies[i % len(copies)]
+                _native.gemm_int_multi([c.lo.native_args(), c.hi.native_args()], c.kp, c.group, q, sx, sq, ys)
+            return time.perf_counter() - t0
+        return loop6
     if isinstance(pw, RSRWeight):  # through matmul (dense codes or the index, as the model would pick)
         acts = Activations(x)
 

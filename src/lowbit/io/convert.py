@@ -30,10 +30,10 @@ from lowbit.io.checkpoint import EMBED, LM_HEAD, expected_shape, is_linear, open
 from lowbit.io.modeldir import SHARD_BYTES, ModelDirWriter
 
 LOW_BIT = ("ternary", "tq1", "binary", "rsr")
-NATIVE_FROM_SOURCE = ("int8", "int4", "int2", "ternary", "tq1", "binary")  # quantize() reads SourceRows
+NATIVE_FROM_SOURCE = ("int8", "int6", "int4", "int2", "ternary", "tq1", "binary")  # quantize() reads SourceRows
 # The lm_head (and a tied embedding's lm_head copy) default: the smallest format within 1 % of bf16's perplexity
-# on SmolLM2-135M (docs/lm_head.md: int4 costs +6.8 %); a decode step reads all of it per token.
-LM_HEAD_FORMAT = "int8"
+# on SmolLM2-135M (docs/lm_head.md: int6 +0.38 %, int4 +6.8 %); a decode step reads all of it per token.
+LM_HEAD_FORMAT = "int6"
 COLLAPSE_WARNING = ("converting float weights to {fmt}: expect the model's quality to collapse unless it was "
                     "trained for it (BitNet b1.58 / ParetoQ-style quantization-aware training)")
 

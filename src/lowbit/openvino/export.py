@@ -56,7 +56,8 @@ def read_manifest(path) -> dict:
 
 def side_weights(weights: str) -> tuple[str, str]:
     """(embedding, lm_head) weight types for a layer weight type: floats keep their own; integer
-    exports keep the embedding in float16 and the lm_head in int8 (as `lowbit convert` does)."""
+    exports keep the embedding in float16 and the lm_head in int8 (OpenVINO's compressed weights have no 6-bit
+    type, `lowbit convert`'s default; an int6 lm_head is re-quantized from its values)."""
     return (weights, weights) if weights in ("f32", "f16") else ("f16", "int8")
 
 
