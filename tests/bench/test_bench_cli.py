@@ -81,7 +81,7 @@ def test_rotation_uses_distinct_copies():
 
 
 @pytest.mark.parametrize("head, head_bytes", [
-    (None, 32000 * 1536 * 6 // 8 + 32000 * 48 * 6),  # the default int6: 6 bits a weight + 3 float16 per 32
+    (None, 32000 * 1536 * 6 // 8 + 32000 * 48 * 4),  # the default int6: 6 bits a weight + 2 float16 per 32
     ("int8", 32000 * 1536 + 32000 * 48 * 2),  # int8: a byte per weight + a float16 scale per 32
     ("int4", 32000 * 1536 // 2 + 32000 * 48 * 4),  # int4: half a byte + float16 scale and offset per 32
 ])

@@ -1,11 +1,13 @@
 """int6: 64 levels per group of 32, asymmetric (a*c + b, float16 a and b), stored as two planes that the
 integer-code kernels already read: the codes' low 4 bits in int4's layout (with a, b) and their high 2 bits in
-int2's (with 16a and no offset). One quantization of the input feeds both, and
+int2's (with the same a and no offset). One quantization of the input feeds both, the high plane with its
+activation scales times 16 (exact), and
 
-    y = sum_g sx_g (a_g * lo.q + b_g * sum(q)) + sum_g sx_g (16 a_g * hi.q) = sum_g sx_g (a_g * (lo + 16 hi).q + b_g * sum(q))
+    y = sum_g sx_g (a_g * lo.q + b_g * sum(q)) + sum_g 16 sx_g (a_g * hi.q) = sum_g sx_g (a_g * (lo + 16 hi).q + b_g * sum(q))
 
-is the 6-bit product. 7.5 bits per weight are read (6 of codes, 1.5 of scales: 16a is its own float16 array),
-against int8's 8.5: the lm_head format that stays within 1 % of bf16's perplexity (docs/lm_head.md)."""
+is the 6-bit product. 7 bits per weight (6 of codes, 1 of scales and offsets) against int8's 8.5: the lm_head format
+that stays within 1 % of bf16's perplexity (docs/lm_head.md). The native step runs the planes a few row blocks at a
+time (linear.cpp, IntJob::has_hi), so the high plane finds the shared scales in cache."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,15 +31,6 @@ class _HighPlane(Int2Weight):
     zc = 0.0  # no offset: the low plane carries b
 
 
-def high_scales(scale: np.ndarray) -> np.ndarray:
-    """float16 16 * a, exact (a power of two times a float16) unless it overflows, which is refused."""
-    with np.errstate(over="ignore"):
-        s16 = (scale.astype(np.float32) * np.float32(HI_SCALE)).astype(np.float16)
-    if not np.all(np.isfinite(s16[np.isfinite(scale)])):
-        raise ValueError("int6: a group scale is too large for float16 once multiplied by 16 (|a| > 4094)")
-    return s16
-
-
 class Int6Weight(PackedWeight):
     format = "int6"
     description = "6-bit, per-group scale and offset, as a 4-bit and a 2-bit plane"
@@ -46,13 +39,11 @@ class Int6Weight(PackedWeight):
     bits = 6
     default_group = 32
 
-    def __init__(self, shape, group, codes, codes_hi, scale, offset, scale_hi=None, meta_extra=None):
+    def __init__(self, shape, group, codes, codes_hi, scale, offset, meta_extra=None):
         if offset is None:
             raise ValueError("int6: offsets are required")
         self.lo = _LowPlane(shape, group, codes, scale, offset)
-        self.hi = _HighPlane(shape, group, codes_hi, high_scales(scale) if scale_hi is None else scale_hi)
-        if self.hi.scale.shape != scale.shape or self.hi.scale.dtype != np.float16:
-            raise ValueError("int6: scale_hi must be float16 shaped like the scales")
+        self.hi = _HighPlane(shape, group, codes_hi, scale)  # the same scales (16 x on the activations' side)
         self.shape, self.group, self.kp = self.lo.shape, self.lo.group, self.lo.kp
         self.meta_extra = dict(meta_extra or {})
 
@@ -108,18 +99,19 @@ class Int6Weight(PackedWeight):
 
     def _matmul(self, acts: Activations) -> np.ndarray:
         q, sx, sq = acts.int8(self.kp, self.group)
-        ys = [np.empty((q.shape[0], self.shape[0]), np.float32) for _ in range(2)]
-        _native.gemm_int_multi([self.lo.native_args(), self.hi.native_args()], self.kp, self.group, q, sx, sq, ys)
-        return ys[0] + ys[1]
+        y, yh = (np.empty((q.shape[0], self.shape[0]), np.float32) for _ in range(2))
+        _native.gemm_int(*self.lo.native_args()[:5], self.shape[0], self.kp, self.group, q, sx, sq, y)
+        _native.gemm_int(*self.hi.native_args()[:5], self.shape[0], self.kp, self.group, q, sx * np.float32(HI_SCALE), sq, yh)
+        return y + yh
 
     def state(self):
         meta = {"format": self.format, "bits": 6, "M": self.shape[0], "K": self.shape[1], "group": self.group,
                 **self.meta_extra}
         return meta, {"codes": self.lo.codes, "codes_hi": self.hi.codes, "scale": self.lo.scale,
-                      "offset": self.lo.offset, "scale_hi": self.hi.scale}
+                      "offset": self.lo.offset}
 
     @classmethod
     def from_state(cls, meta, tensors):
         extra = {k: v for k, v in meta.items() if k not in ("format", "bits", "M", "K", "group")}
         return cls((meta["M"], meta["K"]), meta["group"], tensors["codes"], tensors["codes_hi"], tensors["scale"],
-                   tensors["offset"], tensors.get("scale_hi"), extra)
+                   tensors["offset"], extra)

@@ -48,7 +48,7 @@ struct PyDecoder {
 
 // A projection for the native decoder, from a tuple built by lowbit.model.native:
 //   ("int", codes, scale, offset|None, zc, bits, M, K, Kp, group, bias|None)
-//   ("int6", codes (4-bit), scale, offset, codes_hi (2-bit), scale_hi (16 x scale), M, K, Kp, group, bias|None)
+//   ("int6", codes (4-bit), scale, offset, codes_hi (2-bit, the same scales, 16x), M, K, Kp, group, bias|None)
 //   ("f32" | "bf16", weight [M, K], bias|None)
 //   ("tq1", codes, scale, M, K, Kp, group, bias|None)
 //   ("codebook", codes, scale, cbT, cb, M, K, Kp, group, bias|None)
@@ -71,17 +71,17 @@ LinearRef linear_from_tuple(nb::handle h, const char* what, std::vector<nb::obje
     if (L.K <= 0 || L.K > L.iw.Kp) fail(w + ": K must be in [1, Kp]");
     bias_at = 10;
   } else if (kind == "int6") {
-    const auto t = items(h, 11, (w + " ('int6', codes, scale, offset, codes_hi, scale_hi, M, K, Kp, group, bias)").c_str());
+    const auto t = items(h, 10, (w + " ('int6', codes, scale, offset, codes_hi, M, K, Kp, group, bias)").c_str());
     L.kind = 0;
-    L.M = scalar<int64_t>(t[6], "M");
-    L.K = scalar<int64_t>(t[7], "K");
-    const int64_t Kp = scalar<int64_t>(t[8], "Kp"), group = scalar<int64_t>(t[9], "group");
+    L.M = scalar<int64_t>(t[5], "M");
+    L.K = scalar<int64_t>(t[6], "K");
+    const int64_t Kp = scalar<int64_t>(t[7], "Kp"), group = scalar<int64_t>(t[8], "group");
     if (t[3].is_none()) fail(w + ": an 'int6' projection needs its offsets");
     L.iw = checked_int_weights(fn, t[1], t[2], t[3], 0.f, 4, L.M, Kp, group);
-    L.iw_hi = checked_int_weights(fn, t[4], t[5], nb::none(), 0.f, 2, L.M, Kp, group);
+    L.iw_hi = checked_int_weights(fn, t[4], t[2], nb::none(), 0.f, 2, L.M, Kp, group);  // the same scales
     L.has_hi = true;
     if (L.K <= 0 || L.K > Kp) fail(w + ": K must be in [1, Kp]");
-    bias_at = 10;
+    bias_at = 9;
   } else if (kind == "tq1") {
     const auto t = items(h, 8, (w + " ('tq1', codes, scale, M, K, Kp, group, bias)").c_str());
     L.kind = 3;

@@ -21,6 +21,8 @@ constexpr int64_t kTokChunk = 64, kTokChunkLong = 128, kLongChunkTasks = 16;
 // the caller's serial stretch): about what one core streams in ~10 us, a quarter of its L2. Issued in
 // slices between checks for the next run (thread_pool.cpp), so a large budget delays nothing.
 constexpr int64_t kIdlePrefetchBytes = 128 << 10;
+// int6's planes alternate every this many row blocks, so the high plane re-reads the scales from L1/L2
+constexpr int64_t kHiBlocks = 4;
 }  // namespace
 
 IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTable* k) {
@@ -74,7 +76,22 @@ void int_task(void* p, int64_t t) {
   a.scale += n0 * a.G;
   a.sum += n0 * a.G;
   a.N = n1 - n0;
-  j.k->gemm_int(j.w, a, j.y + n0 * j.ldy, j.ldy, b0, b1);
+  if (!j.has_hi) {
+    j.k->gemm_int(j.w, a, j.y + n0 * j.ldy, j.ldy, b0, b1);
+    return;
+  }
+  // int6: a few blocks of the low plane, the same blocks of the high one (their scales still in cache), the sum
+  ActQ ah = a;
+  ah.scale = j.scale_hi + n0 * a.G;
+  float *y = j.y + n0 * j.ldy, *yh = j.y_hi + n0 * j.ldy;
+  for (int64_t c0 = b0; c0 < b1; c0 += kHiBlocks) {
+    const int64_t c1 = std::min(b1, c0 + kHiBlocks);
+    j.k->gemm_int(j.w, a, y, j.ldy, c0, c1);
+    j.k->gemm_int(j.w_hi, ah, yh, j.ldy, c0, c1);
+    const int64_t r0 = c0 * kRowBlock, r1 = std::min(j.w.M, c1 * kRowBlock);
+    for (int64_t n = 0; n < a.N; ++n)
+      for (int64_t r = r0; r < r1; ++r) y[n * j.ldy + r] += yh[n * j.ldy + r];
+  }
 }
 
 void MultiIntJob::add(const IntJob& j) {
@@ -183,27 +200,27 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
       size_t hi_floats = 0;
       for (int j = i; j < n; ++j)
         if (joins(j) && lins[j]->has_hi) hi_floats += N * lins[j]->M;
-      s.yhi.resize(hi_floats);
+      if (hi_floats) {  // int6's high planes: their outputs, and the activation scales x16 (exact)
+        s.yhi.resize(hi_floats);
+        s.scale16.resize(N * L.iw.G);
+        for (int64_t e = 0; e < N * L.iw.G; ++e) s.scale16[e] = 16.f * a.scale[e];
+      }
       float* yh = s.yhi.data();
-      std::vector<int> two_planes;  // the projections of this run with a second plane, in order
       for (int j = i; j < n; ++j) {
         if (!joins(j)) continue;
         const LinearRef& J = *lins[j];
-        m.add(make_int_job(J.iw, a, ys[j], k));
+        IntJob ij = make_int_job(J.iw, a, ys[j], k);
         if (J.has_hi) {
-          m.add(make_int_job(J.iw_hi, a, yh, k));
+          ij.has_hi = true;
+          ij.w_hi = J.iw_hi;
+          ij.scale_hi = s.scale16.data();
+          ij.y_hi = yh;
           yh += N * J.M;
-          two_planes.push_back(j);
         }
+        m.add(ij);
         done[j] = true;
       }
       pool_run(m.tasks(), multi_int_task, &m, next);
-      yh = s.yhi.data();
-      for (int j : two_planes) {
-        const int64_t e1 = N * lins[j]->M;
-        for (int64_t e = 0; e < e1; ++e) ys[j][e] += yh[e];
-        yh += e1;
-      }
     } else if (L.kind == 4) {  // float activations, zero-padded to Kp when K is not a multiple of v
       const float* xp = x;
       if (L.cb.Kp != L.K) {

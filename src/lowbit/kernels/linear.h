@@ -25,6 +25,12 @@ struct IntJob {
   // prefetchable stream. One long run per thread first, then short runs for the tail (linear.cpp).
   std::vector<int64_t> bounds;
   const KernelTable* k;
+  // int6 (LinearRef::has_hi): the high plane w_hi (the same scales as w, no offsets) on the same rows, its
+  // products into y_hi [N][ldy] with the activation scales x16 (scale_hi [N][G]), then added to y
+  bool has_hi = false;
+  IntWeights w_hi{};
+  const float* scale_hi = nullptr;
+  float* y_hi = nullptr;
   int64_t tasks() const { return ((int64_t)bounds.size() - 1) * n_tok_chunks; }
 };
 IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTable* k);
@@ -55,7 +61,8 @@ struct LinearRef {
   int kind = 0;  // 0 integer codes, 1 f32, 2 bf16, 3 tq1, 4 codebook
   IntWeights iw{};
   // kind 0 with a second plane (int6: iw the codes' low 4 bits with the scales and offsets, iw_hi the high 2
-  // bits with 16x the scales): y = iw . x + iw_hi . x, both on one quantization of x
+  // bits with the same scales and no offsets, run on 16x the activation scales): y = iw . x + 16 iw_hi . x, both
+  // on one quantization of x, block by block (IntJob::has_hi)
   IntWeights iw_hi{};
   bool has_hi = false;
   TQ1Weights tq{};
@@ -68,7 +75,7 @@ struct LinearRef {
 // Scratch for one input: its int8 quantization (per Kp/group) and the bf16 x layout.
 struct ActScratch {
   std::vector<int8_t, CacheAligned<int8_t>> q;  // tile rows on cache lines (CacheAligned)
-  std::vector<float> scale, xf, yhi;  // yhi: the second planes' outputs (LinearRef::has_hi)
+  std::vector<float> scale, xf, yhi, scale16;  // yhi, scale16: the second planes' outputs and activation scales
   std::vector<int32_t> sum;
 };
 

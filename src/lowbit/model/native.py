@@ -35,8 +35,8 @@ def linear_tuple(lin):
         return ("int", w.codes, w._scale_u16, w._offset_u16, float(w.zc or 0.0), w.bits, w.shape[0], w.shape[1],
                 w.kp, w.group, b)
     if isinstance(w, Int6Weight):
-        return ("int6", w.lo.codes, w.lo._scale_u16, w.lo._offset_u16, w.hi.codes, w.hi._scale_u16, w.shape[0],
-                w.shape[1], w.kp, w.group, b)
+        return ("int6", w.lo.codes, w.lo._scale_u16, w.lo._offset_u16, w.hi.codes, w.shape[0], w.shape[1], w.kp,
+                w.group, b)
     if isinstance(w, TQ1Weight):
         return ("tq1", w.codes, w._scale_u16, w.shape[0], w.shape[1], w.kp, w.group, b)
     if isinstance(w, CodebookWeight):
