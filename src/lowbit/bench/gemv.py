@@ -132,16 +132,9 @@ def _timer(pw, n_tokens: int, copies: list, rng):
         q, sx, sq = Activations(x).int8(pw.kp, pw.group)
         tuples = [c.native_args() for c in copies]
         return lambda iters: _native.gemm_tq1(tuples, m, pw.kp, pw.group, q, sx, sq, y, iters)[1]
-    if isinstance(pw, Int6Weight):  # through matmul: the two planes one after the other (the native decoder
-        acts = Activations(x)    # interleaves them a few row blocks at a time, in one pool run)
-
-        def loop6(iters):
-            t0 = time.perf_counter()
-            for i in range(iters):
-                copies[i % len(copies)]._matmul(acts)
-            return time.perf_counter() - t0
-        return loop6
-    if isinstance(pw, RSRWeight):  # through matmul (dense codes or the index, as the model would pick)
+    # Through matmul: rsr (dense codes or the index, as the model would pick) and int6 (its two planes one after the
+    # other; the native decoder interleaves them a few row blocks at a time, in one pool run)
+    if isinstance(pw, (RSRWeight, Int6Weight)):
         acts = Activations(x)
 
         def loop(iters):
