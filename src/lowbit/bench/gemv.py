@@ -96,13 +96,10 @@ def random_weight(fmt: str, m: int, k: int, rng: np.random.Generator):
         codes = _tq1.VALID_BYTES[rng.integers(0, 243, size=mb * (kp // _tq1.KC) * _tq1.CHUNK_BYTES)]
         scale = rng.uniform(0.01, 0.02, size=mb * ROW_BLOCK).astype(np.float16)
         return TQ1Weight((m, k), kp, codes, scale)
-    if cls is Int6Weight:  # random bytes in both planes (any byte is valid), scales and offsets as int4's
-        kp, mb = padded_k(k), -(-m // ROW_BLOCK)
-        g = -(-kp // Int6Weight.default_group)
-        scale = rng.uniform(0.01, 0.02, size=mb * g * ROW_BLOCK).astype(np.float16)
-        return Int6Weight((m, k), Int6Weight.default_group, rng.integers(0, 256, size=mb * kp * ROW_BLOCK // 2, dtype=np.uint8),
-                          rng.integers(0, 256, size=mb * kp * ROW_BLOCK // 4, dtype=np.uint8), scale,
-                          (-scale * 1.5).astype(np.float16))
+    if cls is Int6Weight:  # a random int4 weight as the low plane (groups of 32), random bytes as the high one
+        lo = random_weight("int4", m, k, rng)
+        return Int6Weight((m, k), lo.group, lo.codes, rng.integers(0, 256, size=lo.codes.size // 2, dtype=np.uint8),
+                          lo.scale, lo.offset)
     assert issubclass(cls, IntCodeWeight)
     kp = padded_k(k)
     mb = -(-m // ROW_BLOCK)

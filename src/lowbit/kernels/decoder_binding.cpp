@@ -79,7 +79,6 @@ LinearRef linear_from_tuple(nb::handle h, const char* what, std::vector<nb::obje
     if (t[3].is_none()) fail(w + ": an 'int6' projection needs its offsets");
     L.iw = checked_int_weights(fn, t[1], t[2], t[3], 0.f, 4, L.M, Kp, group);
     L.iw_hi = checked_int_weights(fn, t[4], t[2], nb::none(), 0.f, 2, L.M, Kp, group);  // the same scales
-    L.has_hi = true;
     if (L.K <= 0 || L.K > Kp) fail(w + ": K must be in [1, Kp]");
     bias_at = 9;
   } else if (kind == "tq1") {

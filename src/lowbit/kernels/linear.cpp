@@ -76,7 +76,7 @@ void int_task(void* p, int64_t t) {
   a.scale += n0 * a.G;
   a.sum += n0 * a.G;
   a.N = n1 - n0;
-  if (!j.has_hi) {
+  if (!j.has_hi()) {
     j.k->gemm_int(j.w, a, j.y + n0 * j.ldy, j.ldy, b0, b1);
     return;
   }
@@ -172,7 +172,7 @@ void gated_task(void* p, int64_t t) {
 bool run_gated(const LinearRef& gate, const LinearRef& up, float* g, float* u, const float* x, int act,
                ActScratch& s, const NextPrefetch* next) {
   const IntWeights &gw = gate.iw, &uw = up.iw;
-  if (gate.kind != 0 || up.kind != 0 || gate.has_hi || up.has_hi || gate.bias || up.bias || gate.K != up.K || gw.M != uw.M || gw.Mb != uw.Mb ||
+  if (gate.kind != 0 || up.kind != 0 || gate.has_hi() || up.has_hi() || gate.bias || up.bias || gate.K != up.K || gw.M != uw.M || gw.Mb != uw.Mb ||
       gw.Kp != uw.Kp || gw.group != uw.group || gw.G != uw.G)
     return false;
   const KernelTable* k = &active_kernels();
@@ -199,7 +199,7 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
       };
       size_t hi_floats = 0;
       for (int j = i; j < n; ++j)
-        if (joins(j) && lins[j]->has_hi) hi_floats += N * lins[j]->M;
+        if (joins(j) && lins[j]->has_hi()) hi_floats += N * lins[j]->M;
       if (hi_floats) {  // int6's high planes: their outputs, and the activation scales x16 (exact)
         s.yhi.resize(hi_floats);
         s.scale16.resize(N * L.iw.G);
@@ -210,8 +210,7 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
         if (!joins(j)) continue;
         const LinearRef& J = *lins[j];
         IntJob ij = make_int_job(J.iw, a, ys[j], k);
-        if (J.has_hi) {
-          ij.has_hi = true;
+        if (J.has_hi()) {
           ij.w_hi = J.iw_hi;
           ij.scale_hi = s.scale16.data();
           ij.y_hi = yh;

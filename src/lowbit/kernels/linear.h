@@ -26,11 +26,11 @@ struct IntJob {
   std::vector<int64_t> bounds;
   const KernelTable* k;
   // int6 (LinearRef::has_hi): the high plane w_hi (the same scales as w, no offsets) on the same rows, its
-  // products into y_hi [N][ldy] with the activation scales x16 (scale_hi [N][G]), then added to y
-  bool has_hi = false;
+  // products into y_hi [N][ldy] with the activation scales x16 (scale_hi [N][G]), then added to y; y_hi null: none
   IntWeights w_hi{};
   const float* scale_hi = nullptr;
   float* y_hi = nullptr;
+  bool has_hi() const { return y_hi != nullptr; }
   int64_t tasks() const { return ((int64_t)bounds.size() - 1) * n_tok_chunks; }
 };
 IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTable* k);
@@ -64,7 +64,7 @@ struct LinearRef {
   // bits with the same scales and no offsets, run on 16x the activation scales): y = iw . x + 16 iw_hi . x, both
   // on one quantization of x, block by block (IntJob::has_hi)
   IntWeights iw_hi{};
-  bool has_hi = false;
+  bool has_hi() const { return iw_hi.codes != nullptr; }
   TQ1Weights tq{};
   CodebookWeights cb{};
   FloatWeights fw{};
