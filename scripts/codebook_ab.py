@@ -6,15 +6,13 @@
 Prints per shape the median us per call of each format and the median and best (over rounds) ratio
 ternary_time / format_time (>= 0.8 is issue 8's target). --cpu: process CPU time (all threads) per call instead
 of wall time: on a loaded machine it leaves out the time the threads were descheduled (not the memory stalls)."""
-import math
 import sys
 import time
 
 import numpy as np
 
 import lowbit
-from lowbit.bench.gemv import ROTATE_L3_FACTOR, _copy, _timer, l3_bytes, random_weight, time_matmul
-from lowbit.model.hugepages import codes_to_hugepages
+from lowbit.bench.gemv import random_weight, rotating_run, time_matmul
 
 cpu = "--cpu" in sys.argv
 args = [a for a in sys.argv[1:] if a != "--cpu"]
@@ -25,13 +23,11 @@ formats = args[2].split(",") if len(args) > 2 else ["ternary", "codebook-m4v8b4g
 
 def cpu_timer(pw, rng):
     """time_matmul's setup (copies past the L3, on huge pages), timed by process CPU time; f() -> s per call."""
-    copies = [_copy(pw) for _ in range(max(1, math.ceil(ROTATE_L3_FACTOR * l3_bytes() / pw.nbytes)))]
-    codes_to_hugepages(copies)
-    run = _timer(pw, 1, copies, rng)
-    run(2 * len(copies))
+    run, n_copies = rotating_run(pw, 1, None, rng)
+    run(2 * n_copies)
 
     def once():
-        iters = 4 * len(copies)
+        iters = 4 * n_copies
         t0 = time.process_time()
         run(iters)
         return (time.process_time() - t0) / iters

@@ -9,7 +9,6 @@
 #include <algorithm>
 int main(){
   const int K=16384; std::mt19937 rng(1);
-  std::vector<uint16_t> perm(K); for(int i=0;i<K;i++) perm[i]=i; std::shuffle(perm.begin(),perm.end(),rng);
   // sort by random 11-bit keys to mimic RSR (stable within a key)
   std::vector<int> key(K); for(int i=0;i<K;i++) key[i]=rng()%2048;
   std::vector<uint16_t> p2(K); for(int i=0;i<K;i++) p2[i]=i; std::stable_sort(p2.begin(),p2.end(),[&](int a,int b){return key[a]<key[b];});

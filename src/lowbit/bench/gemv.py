@@ -153,16 +153,22 @@ def time_matmul(pw, n_tokens: int = 1, rotate_bytes: int | None = None, min_time
                 repeats: int = 5, rng=None) -> dict:
     """Median seconds per call over `repeats` runs; weights rotate through enough copies to defeat the L3."""
     rng = rng or np.random.default_rng(0)
-    rotate_bytes = ROTATE_L3_FACTOR * l3_bytes() if rotate_bytes is None else rotate_bytes
-    n_copies = max(1, math.ceil(rotate_bytes / pw.nbytes)) if rotate_bytes else 1
-    copies = [_copy(pw) for _ in range(n_copies)]
-    codes_to_hugepages(copies)  # as NativeDecoder.build places a model's codes
-    run = _timer(pw, n_tokens, copies, rng)
+    run, n_copies = rotating_run(pw, n_tokens, rotate_bytes, rng)
     run(max(2, n_copies))  # warm-up: page in every copy
     once = run(n_copies) / n_copies
     iters = max(n_copies, int(min_time / max(once, 1e-7)))
     times = sorted(run(iters) / iters for _ in range(repeats))
     return {"seconds": times[len(times) // 2], "copies": n_copies, "iters": iters}
+
+
+def rotating_run(pw, n_tokens: int, rotate_bytes: int | None, rng) -> tuple:
+    """(run, n_copies): run(iters) -> seconds for `iters` calls of pw's kernel on n_tokens, rotating through enough
+    copies of pw (on huge pages) to read rotate_bytes (default ROTATE_L3_FACTOR x the L3; 0: one copy, in cache)."""
+    rotate_bytes = ROTATE_L3_FACTOR * l3_bytes() if rotate_bytes is None else rotate_bytes
+    n_copies = max(1, math.ceil(rotate_bytes / pw.nbytes)) if rotate_bytes else 1
+    copies = [_copy(pw) for _ in range(n_copies)]
+    codes_to_hugepages(copies)  # as NativeDecoder.build places a model's codes
+    return _timer(pw, n_tokens, copies, rng), n_copies
 
 
 def _copy(pw):
