@@ -14,6 +14,10 @@ Layout (kernels/codebook.h has the same description next to the kernels):
               code of pair 2p in its low nibble and of pair 2p+1 in its high nibble (one vpshufb = 32 rows)
     scale     float16 [G][Mt*TILE]             TILE = 8 or 32 rows; rows past M have scale 0 (and code 0)
 A b != 4 state written before the 64-row blocks (config without "code_block") is repacked at load.
+On a CPU with AVX-512 VBMI a b == 4 weight also holds its codes in a second layout, made at first use (not stored):
+    codes16   uint8 [G][2*Mt][P8_g/8][64]      blocks of 16 rows, pairs padded to P8_g (a multiple of 8) with code 0:
+              slice s, byte 4j + t holds row j's code of pair 8s+t (low nibble) and 8s+4+t (high nibble), so one
+              vpermb looks up 16 rows x 4 pairs and one vpdpbusd adds each row's 4 lookups (kernels/codebook.h)
     codebooks float16 [m][2^b][v]
 Two kernels: the Psumbook one (per token and group, the inner products of each input segment with every
 centroid, then one lookup per code) and dequantize-then-multiply (the usual kernel, the paper's baseline).
@@ -100,6 +104,49 @@ def _unpack_nibbles(packed: np.ndarray, rows: int, p: int) -> np.ndarray:
     return out[:, :p]
 
 
+def pack_codes16(idx: np.ndarray, group: int, v: int) -> np.ndarray:
+    """b == 4 codes uint8 [M, nseg, m] -> flat uint8 in the AVX-512 layout [G][2*Mt][P8_g/8][64] (see above)."""
+    rows, nseg, m = idx.shape
+    mb, S = -(-rows // LUT_TILE) * 2, group // v
+    full = np.zeros((mb * 16, nseg, m), np.uint8)
+    full[:rows] = idx
+    parts = []
+    for s0 in range(0, nseg, S):
+        p = min(S, nseg - s0) * m
+        p8 = -(-p // 8) * 8
+        g = np.zeros((mb * 16, p8), np.uint8)
+        g[:, :p] = full[:, s0:s0 + S].reshape(mb * 16, p)
+        t = g.reshape(mb, 16, p8 // 8, 2, 4)  # [block][row][slice][nibble][pair in the dword]
+        parts.append((t[:, :, :, 0] | (t[:, :, :, 1] << 4)).transpose(0, 2, 1, 3).reshape(-1))
+    return np.ascontiguousarray(np.concatenate(parts))
+
+
+def unpack_codes16(packed: np.ndarray, rows: int, nseg: int, m: int, group: int, v: int) -> np.ndarray:
+    """The inverse of pack_codes16: uint8 [M, nseg, m]."""
+    mb, S = -(-rows // LUT_TILE) * 2, group // v
+    out, at = [], 0
+    for s0 in range(0, nseg, S):
+        p = min(S, nseg - s0) * m
+        p8 = -(-p // 8) * 8
+        t = packed[at:at + mb * 16 * p8 // 2].reshape(mb, p8 // 8, 16, 4).transpose(0, 2, 1, 3)
+        g = np.stack([t & 15, t >> 4], axis=3).reshape(mb * 16, p8)
+        out.append(g[:, :p].reshape(mb * 16, -1, m))
+        at += mb * 16 * p8 // 2
+    return np.concatenate(out, axis=1)[:rows]
+
+
+_VBMI: bool | None = None
+
+
+def _cpu_has_vbmi() -> bool:
+    """Whether this CPU runs the AVX-512 VBMI kernels (at some ISA level: the level can change at run time)."""
+    global _VBMI
+    if _VBMI is None:
+        f = _native.cpu_info()["features"]
+        _VBMI = bool(f.get("avx512f") and f.get("avx512bw") and f.get("avx512_vbmi") and f.get("avx512_vnni"))
+    return _VBMI
+
+
 def pack_codes(idx: np.ndarray, group: int, v: int, b: int = 8) -> np.ndarray:
     """codes uint8 [M, nseg, m] -> flat uint8 in the [G][Mt][S_g][m][8] layout (b == 4: the nibble layout)."""
     rows, nseg, m = idx.shape
@@ -181,6 +228,7 @@ class CodebookWeight(PackedWeight):
         self.codes, self.scale, self.codebooks = codes, scale, codebooks
         self.meta_extra = dict(meta_extra or {})
         self._scale_u16 = scale.view(np.uint16)
+        self._codes16 = None
         self._cb = np.ascontiguousarray(codebooks, np.float32)         # [m][nc][v] (a few KiB)
         self._cbT = np.ascontiguousarray(self._cb.transpose(0, 2, 1))  # [m][v][nc]
 
@@ -247,8 +295,18 @@ class CodebookWeight(PackedWeight):
         """m*b/v + 16/g: the bits per weight without codebooks and padding."""
         return self.m * self.b / self.v + 16.0 / self.group
 
+    @property
+    def codes16(self) -> np.ndarray | None:
+        """b == 4 on a CPU with AVX-512 VBMI: the codes in the AVX-512 kernel's layout (made once, kept: the codes'
+        bytes twice in memory); else None."""
+        if self.b != 4 or not _cpu_has_vbmi():
+            return None
+        if self._codes16 is None:
+            self._codes16 = pack_codes16(self.unpacked_codes(), self.group, self.v)
+        return self._codes16
+
     def native_args(self) -> tuple:
-        return (self.codes, self._scale_u16)
+        return (self.codes, self._scale_u16, self.codes16)
 
     def padded_input(self, x: np.ndarray) -> np.ndarray:
         if x.shape[1] == self.kp:

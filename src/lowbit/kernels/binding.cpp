@@ -223,7 +223,7 @@ std::tuple<std::string, double> gemm_tq1(nb::handle hweights, int64_t M, int64_t
   return {path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
-// codebook (codebook.h): weights is a list of (codes u8 [Mt*Kp/v*m*8], scale f16-as-u16 [G*Mt*8]) copies of
+// codebook (codebook.h): weights is a list of (codes u8 [Mt*Kp/v*m*8], scale f16-as-u16 [G*Mt*8][, codes16]) copies of
 // one [M, Kp] weight sharing the codebooks cbT f32 [m][v][nc] and cb f32 [m][nc][v]; x f32 [N, Kp]. Runs
 // `iters` products (the i-th on copy i % len) with the Psumbook kernel (psum) or dequantize-then-multiply.
 // Returns (kernel path, seconds).
@@ -238,8 +238,10 @@ std::tuple<std::string, double> gemm_codebook(nb::handle hweights, nb::handle hc
   auto y = checked_output("gemm_codebook", hy, N, M);
   std::vector<CodebookWeights> ws;
   for (const auto& c : weights) {
-    const auto t = items(c, 2, "gemm_codebook: each weight (codes, scale)");
-    ws.push_back(checked_codebook_weights("gemm_codebook", t[0], t[1], hcbT, hcb, M, Kp, group));
+    const bool with16 = (nb::isinstance<nb::tuple>(c) || nb::isinstance<nb::list>(c)) && nb::len(c) == 3;
+    const auto t = items(c, with16 ? 3 : 2, "gemm_codebook: each weight (codes, scale[, codes16])");
+    ws.push_back(checked_codebook_weights("gemm_codebook", t[0], t[1], hcbT, hcb, M, Kp, group,
+                                          with16 ? nb::handle(t[2]) : nb::handle(nb::none())));
   }
   nb::gil_scoped_release release;
   KernelsRunning running(settings_mutex());

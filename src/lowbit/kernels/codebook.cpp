@@ -228,7 +228,7 @@ int64_t codebook_table_floats(const CodebookWeights& w, int64_t N) {
   if (w.lut4()) {
     // the psum tables (Lut4Scratch); dequantize: [32][group] + unpacked codes
     // (room for 2 tokens' tables at least: the AVX2 decode path double-buffers them)
-    const int64_t pp = w.pairs_padded_full();
+    const int64_t pp = w.pairs8_full();  // >= pairs_padded_full: the AVX-512 kernel's tables run to 8 pairs
     return std::max<int64_t>(Lut4Scratch::floats(std::max<int64_t>(N, 2), pp), 32 * w.group + pp * 8) + 64;
   }
   return std::max<int64_t>(N * w.segs_full() * w.m * w.nc, 8 * w.group) + 64;

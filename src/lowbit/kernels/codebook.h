@@ -25,6 +25,11 @@
 // (q = s*m + i) padded to even (Pp; the pad pair has a zero table and code 0):
 //     codes: uint8 [G][Mt][Pp_g/2][32]  byte [p][j]: row j's code of pair 2p (low nibble), 2p+1 (high nibble)
 //     scale: f16 [G][Mt*32]
+// On AVX-512 VBMI a second copy of the codes, made at load (formats/codebook.py pack_codes_x16), feeds
+// codebook_lut4_psum_avx512: blocks of 16 rows, pairs padded to a multiple of 8 per group (P8_g; pad code 0):
+//     codes16: uint8 [G][2*Mt][P8_g/8][64]  slice s, byte 4j + t: row j's code of pair 8s+t (low nibble), 8s+4+t (high)
+// so one vpermb looks up 16 rows x 4 pairs in a register holding those 4 pairs' tables (64 bytes) and one
+// vpdpbusd adds each row's 4 lookups, times the pairs' multipliers, into its int32 lane.
 // Per (token, group) the float tables T_q (q < P) are quantized to int8 with a power-of-two scale per pair, so that
 // pairs with small psums (residual codebooks, segments away from the activation outliers) keep their precision:
 //     mx_q = max_c |T_q[c]|, mx = max_q mx_q, inv0 = 127 / mx                         (float32)
@@ -50,6 +55,7 @@ struct CodebookWeights {
   const float* cbT;
   const float* cb;
   int64_t M, Kp, group, m, v, nc, Mt, G;  // Mt: tiles of tile_rows(nc) rows
+  const uint8_t* codes16 = nullptr;        // lut4: the AVX-512 layout's copy of the codes (null: not made)
   static int64_t tile_rows(int64_t nc) { return nc == 16 ? 32 : 8; }
   // tiles for M rows: b = 4 tiles of 32; else tiles of 8 in whole blocks of 64 rows
   static int64_t tiles(int64_t M, int64_t nc) { return nc == 16 ? (M + 31) / 32 : (M + 63) / 64 * 8; }
@@ -71,6 +77,11 @@ struct CodebookWeights {
   const uint8_t* tile_codes(int64_t grp, int64_t tile) const {
     return group_codes(grp) + (tile / 8) * segs(grp) * m * 64 + (tile % 8) * 8;
   }
+  // codes16: pairs of group grp padded to a multiple of 8, the group's codes, one 16-row block's bytes
+  int64_t pairs8(int64_t grp) const { return (segs(grp) * m + 7) & ~int64_t(7); }
+  int64_t pairs8_full() const { return (segs_full() * m + 7) & ~int64_t(7); }
+  const uint8_t* group_codes16(int64_t grp) const { return codes16 + grp * 2 * Mt * pairs8_full() * 8; }
+  int64_t codes16_bytes() const { return 2 * Mt * 8 * ((G - 1) * pairs8_full() + pairs8(G - 1)); }
   int64_t codes_bytes() const {
     if (!lut4()) return Mt * (Kp / v) * m * 8;
     return Mt * 16 * ((G - 1) * pairs_padded_full() + pairs_padded(G - 1));
@@ -100,6 +111,14 @@ void codebook_lut4_psum_scalar(const CodebookWeights&, const float*, int64_t, in
                                int64_t, float*, int64_t, float*);
 void codebook_lut4_psum_avx2(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
                              int64_t, float*, int64_t, float*);
+// b == 4 on AVX-512 VBMI over codes16 (codebook_lut4_avx512.cpp); without codes16: codebook_lut4_psum_avx2
+void codebook_lut4_psum_avx512(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                               int64_t, float*, int64_t, float*);
+// the AVX2 table build's two steps, shared with the AVX-512 kernel: float tables tf [P][16] of segments [s0, s1),
+// then the int8 tables Tq [Pp][16] and multipliers [Pp/2] of group grp (the pad pair zero); returns d
+void codebook_lut4_float_tables_avx2(const CodebookWeights& w, const float* xg, int64_t s0, int64_t s1, float* tf);
+float codebook_lut4_finish_avx2(const CodebookWeights& w, int64_t grp, const float* tf, float* mxq, float* invq,
+                                int8_t* Tq, uint32_t* mult);
 void codebook_lut4_dequant_avx2(const CodebookWeights&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
                                 int64_t, float*, int64_t, float*);
 // the per-pair scales above: mxq [P] -> invq [P] (inv0 * 2^e_q), mult [Pp/2] (code vector p: bytes mult_2p,

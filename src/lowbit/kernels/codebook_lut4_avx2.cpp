@@ -296,6 +296,15 @@ void lut4_psum_decode(const CodebookWeights& w, const float* x, int64_t g0, int6
 
 }  // namespace
 
+void codebook_lut4_float_tables_avx2(const CodebookWeights& w, const float* xg, int64_t s0, int64_t s1, float* tf) {
+  float_tables(w, xg, s0, s1, tf);
+}
+
+float codebook_lut4_finish_avx2(const CodebookWeights& w, int64_t grp, const float* tf, float* mxq, float* invq,
+                                int8_t* Tq, uint32_t* mult) {
+  return finish_tables_lut4(w, grp, tf, mxq, invq, Tq, mult);
+}
+
 void codebook_lut4_psum_avx2(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0,
                              int64_t g1, int64_t t0, int64_t t1, float* yp, int64_t ldy, float* scratch) {
   const int64_t ppf = w.pairs_padded_full();

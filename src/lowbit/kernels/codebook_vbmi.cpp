@@ -1,6 +1,7 @@
 // codebook, b = 8: the Psumbook with int8 tables looked up 64 rows at a time by AVX-512 VBMI's vpermi2b (paper 004
 // on the CPU; the "a 256-entry table of int8 psums is four zmm registers"). Compiled with AVX-512 VBMI flags;
-// codebook_kernel picks it on the avx512 / amx levels where CPUID reports VBMI. Other b: codebook_psum_avx2.
+// codebook_kernel picks it on the avx512 / amx levels where CPUID reports VBMI. b = 4: codebook_lut4_psum_avx512;
+// other b: codebook_psum_avx2.
 //
 // The packed layout's blocks of 64 rows ([G][Mt/8][S_g][m][64], codebook.h) give one 64-byte load per (segment,
 // codebook) pair and block: the 64 rows' codes of pair q = s*m + i. Per token and group the tables T_q[c] (for v = 4
@@ -368,6 +369,10 @@ constexpr int kBlocksATable = 4;
 
 void codebook_psum_vbmi(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0, int64_t g1,
                         int64_t t0, int64_t t1, float* yp, int64_t ldy, float* scratch) {
+  if (w.nc == 16) {
+    codebook_lut4_psum_avx512(w, x, ldx, N, g0, g1, t0, t1, yp, ldy, scratch);
+    return;
+  }
   if (w.nc != 256 || N > kMaxTokens) {
     codebook_psum_avx2(w, x, ldx, N, g0, g1, t0, t1, yp, ldy, scratch);
     return;

@@ -51,7 +51,7 @@ struct PyDecoder {
 //   ("int6", codes (4-bit), scale, offset, codes_hi (2-bit, the same scales, 16x), M, K, Kp, group, bias|None)
 //   ("f32" | "bf16", weight [M, K], bias|None)
 //   ("tq1", codes, scale, M, K, Kp, group, bias|None)
-//   ("codebook", codes, scale, cbT, cb, M, K, Kp, group, bias|None)
+//   ("codebook", codes, scale, cbT, cb, M, K, Kp, group, bias|None[, codes16|None])
 LinearRef linear_from_tuple(nb::handle h, const char* what, std::vector<nb::object>& keep) {
   const std::string w = what;
   if (!(nb::isinstance<nb::tuple>(h) || nb::isinstance<nb::list>(h)) || nb::len(h) == 0)
@@ -90,11 +90,13 @@ LinearRef linear_from_tuple(nb::handle h, const char* what, std::vector<nb::obje
     if (L.K <= 0 || L.K > L.tq.Kp) fail(w + ": K must be in [1, Kp]");
     bias_at = 7;
   } else if (kind == "codebook") {
-    const auto t = items(h, 10, (w + " ('codebook', codes, scale, cbT, cb, M, K, Kp, group, bias)").c_str());
+    const size_t n = nb::len(h) == 11 ? 11 : 10;
+    const auto t = items(h, n, (w + " ('codebook', codes, scale, cbT, cb, M, K, Kp, group, bias[, codes16])").c_str());
     L.kind = 4;
     L.M = scalar<int64_t>(t[5], "M");
     L.K = scalar<int64_t>(t[6], "K");
-    L.cb = checked_codebook_weights(fn, t[1], t[2], t[3], t[4], L.M, scalar<int64_t>(t[7], "Kp"), scalar<int64_t>(t[8], "group"));
+    L.cb = checked_codebook_weights(fn, t[1], t[2], t[3], t[4], L.M, scalar<int64_t>(t[7], "Kp"), scalar<int64_t>(t[8], "group"),
+                                    n == 11 ? nb::handle(t[10]) : nb::handle(nb::none()));
     if (L.K <= 0 || L.K > L.cb.Kp || L.cb.Kp - L.K >= L.cb.v) fail(w + ": K must be in (Kp - v, Kp]");
     bias_at = 9;
   } else if (kind == "f32" || kind == "bf16") {

@@ -63,9 +63,10 @@ std::pair<FloatWeights, bool> checked_float_weights(const char* fn, nb::handle h
 }
 
 // One codebook weight (codebook.h): codes u8 [Mt*Kp/v*m*8], scale f16-as-u16 [G*Mt*8], codebooks cbT f32
-// [m][v][nc] and cb f32 [m][nc][v] (cbT transposed), checked against M, Kp and group.
+// [m][v][nc] and cb f32 [m][nc][v] (cbT transposed), checked against M, Kp and group; codes16: None or the
+// AVX-512 layout's copy of b = 4 codes.
 CodebookWeights checked_codebook_weights(const char* fn, nb::handle hcodes, nb::handle hscale, nb::handle hcbT,
-                                         nb::handle hcb, int64_t M, int64_t Kp, int64_t group) {
+                                         nb::handle hcb, int64_t M, int64_t Kp, int64_t group, nb::handle hcodes16) {
   const std::string f = fn;
   auto cbT = in<float, 3>(hcbT, (f + ": cbT").c_str());
   auto cb = in<float, 3>(hcb, (f + ": cb").c_str());
@@ -82,6 +83,12 @@ CodebookWeights checked_codebook_weights(const char* fn, nb::handle hcodes, nb::
   CodebookWeights w{codes.data(), scale.data(), cbT.data(), cb.data(), M, Kp, group, m, v, nc, Mt, G};
   if (codes.shape(0) != (size_t)w.codes_bytes()) fail(f + ": packed codes have the wrong size for M, Kp, m, v, b");
   if (scale.shape(0) != (size_t)(G * Mt * tile)) fail(f + ": scales have the wrong size for M, Kp, group");
+  if (hcodes16.is_valid() && !hcodes16.is_none()) {
+    if (!w.lut4()) fail(f + ": codes16 (the AVX-512 layout) is for b = 4 weights only");
+    auto c16 = in<uint8_t, 1>(hcodes16, (f + ": codes16").c_str());
+    if (c16.shape(0) != (size_t)w.codes16_bytes()) fail(f + ": codes16 has the wrong size for M, Kp, m, v");
+    w.codes16 = c16.data();
+  }
   return w;
 }
 

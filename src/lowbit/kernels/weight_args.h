@@ -35,8 +35,10 @@ TQ1Weights checked_tq1_weights(const char* fn, nb::handle hcodes, nb::handle hsc
 std::pair<FloatWeights, bool> checked_float_weights(const char* fn, nb::handle h);
 
 // One codebook weight (codebook.h): codes u8 [Mt*Kp/v*m*8], scale f16-as-u16 [G*Mt*8], codebooks cbT f32
-// [m][v][nc] and cb f32 [m][nc][v] (cbT transposed), checked against M, Kp and group.
+// [m][v][nc] and cb f32 [m][nc][v] (cbT transposed), checked against M, Kp and group; codes16: None or, for b = 4,
+// the AVX-512 layout's copy of the codes (codebook.h).
 CodebookWeights checked_codebook_weights(const char* fn, nb::handle hcodes, nb::handle hscale, nb::handle hcbT,
-                                         nb::handle hcb, int64_t M, int64_t Kp, int64_t group);
+                                         nb::handle hcb, int64_t M, int64_t Kp, int64_t group,
+                                         nb::handle hcodes16 = nb::none());
 
 }  // namespace lowbit::py

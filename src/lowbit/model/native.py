@@ -40,7 +40,7 @@ def linear_tuple(lin):
     if isinstance(w, TQ1Weight):
         return ("tq1", w.codes, w._scale_u16, w.shape[0], w.shape[1], w.kp, w.group, b)
     if isinstance(w, CodebookWeight):
-        return ("codebook", w.codes, w._scale_u16, w._cbT, w._cb, w.shape[0], w.shape[1], w.kp, w.group, b)
+        return ("codebook", w.codes, w._scale_u16, w._cbT, w._cb, w.shape[0], w.shape[1], w.kp, w.group, b, w.codes16)
     if isinstance(w, F32Weight):
         return ("f32", np.ascontiguousarray(w.w, np.float32), b)
     if isinstance(w, BF16Weight):

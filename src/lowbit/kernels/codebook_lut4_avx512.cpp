@@ -1,0 +1,177 @@
+// codebook b == 4 on AVX-512 VBMI: the register-table Psumbook over the codes16 layout (codebook.h).
+//
+// The AVX2 kernel looks up one 16-entry table per vpshufb and must interleave two pairs' lookups (vpunpck) before
+// vpmaddubsw can add them: 11 vector ops per 64 lookups, a third of them on port 5. Here a zmm holds four pairs'
+// tables (64 int8 entries) and codes16 puts a row's codes of those four pairs in one dword, so per 16 rows x 8 pairs
+// (one 64-byte code load):
+//     idx = (codes & 0x0f) | (t << 4)   (vpternlogd; t = the byte's pair within its dword, the table's quarter)
+//     one vpermb per nibble looks up 64 psums, one vpdpbusd (x the pairs' multipliers) adds each row's 4 into int32
+// 7 vector ops per 128 lookups, 2 of them on port 5. The tables and multipliers are the AVX2 build's bytes (the same
+// power-of-two scales; codebook.h), the sums exact in int32 and turned to float once a group as the AVX2 kernel does
+// once a window of 256 pairs, so both give the same bits while a group has at most 256 pairs.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "codebook.h"
+#include "common.h"
+
+namespace lowbit {
+namespace {
+
+// After the AVX2 build: tables Pp..P8 zeroed (the pad pairs of codes16 look them up with code 0) and the
+// multipliers regrouped in place from code vectors of 2 pairs (bytes m_2p, m_2p+1, m_2p, m_2p+1) to one dword of
+// 4 pairs (m_4k, .., m_4k+3) per vpdpbusd.
+void regroup(int64_t Pp, int64_t P8, int8_t* Tq, uint32_t* mult) {
+  if (P8 > Pp) std::memset(Tq + Pp * 16, 0, (P8 - Pp) * 16);
+  const int64_t half = Pp / 2;
+  for (int64_t k = 0; k < P8 / 4; ++k) {  // reads 2k, 2k + 1 >= k: in place
+    const uint32_t a = 2 * k < half ? mult[2 * k] & 0xffffu : 0u;
+    const uint32_t b = 2 * k + 1 < half ? mult[2 * k + 1] & 0xffffu : 0u;
+    mult[k] = a | b << 16;
+  }
+}
+
+float build(const CodebookWeights& w, const float* xg, int64_t grp, Lut4Scratch& sb, int8_t* Tq, uint32_t* mult) {
+  codebook_lut4_float_tables_avx2(w, xg, 0, w.segs(grp), sb.tf);
+  const float d = codebook_lut4_finish_avx2(w, grp, sb.tf, sb.mxq, sb.invq, Tq, mult);
+  regroup(w.pairs_padded(grp), w.pairs8(grp), Tq, mult);
+  return d;
+}
+
+// R blocks of 16 rows (codes of block r at c + r * bstride) x one token: y[row] += s[row] * d * sum_q mult_q
+// Tq[q][code(row, q)] over the group's slices of 8 pairs. PF: one prefetch per code load, at the same offset from pf.
+template <int R, bool PF>
+inline void lookup16(const uint8_t* c, int64_t bstride, int64_t slices, const int8_t* Tq, const uint32_t* m4, float d,
+                     const uint16_t* sc, float* dst, const uint8_t* pf) {
+  const __m512i low4 = _mm512_set1_epi8(0x0f), sel = _mm512_set1_epi32(0x30201000);
+  __m512i a[R], b[R];
+  for (int r = 0; r < R; ++r) a[r] = b[r] = _mm512_setzero_si512();
+  for (int64_t s = 0; s < slices; ++s) {
+    const __m512i t0 = _mm512_loadu_si512(Tq + s * 128), t1 = _mm512_loadu_si512(Tq + s * 128 + 64);
+    const __m512i u0 = _mm512_set1_epi32((int32_t)m4[2 * s]), u1 = _mm512_set1_epi32((int32_t)m4[2 * s + 1]);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      if (PF) _mm_prefetch((const char*)pf + (s * R + r) * 64, _MM_HINT_T0);
+      const __m512i cv = _mm512_loadu_si512(c + r * bstride + s * 64);
+      const __m512i i0 = _mm512_ternarylogic_epi32(cv, low4, sel, 0xEA);  // (cv & low4) | sel
+      const __m512i i1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(cv, 4), low4, sel, 0xEA);
+      a[r] = _mm512_dpbusd_epi32(a[r], u0, _mm512_permutexvar_epi8(i0, t0));
+      b[r] = _mm512_dpbusd_epi32(b[r], u1, _mm512_permutexvar_epi8(i1, t1));
+    }
+  }
+  const __m512 dv = _mm512_set1_ps(d);
+  for (int r = 0; r < R; ++r) {
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(a[r], b[r]));
+    const __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sc + 16 * r))), dv);
+    _mm512_storeu_ps(dst + 16 * r, _mm512_fmadd_ps(s, f, _mm512_loadu_ps(dst + 16 * r)));
+  }
+}
+
+constexpr int kBlocks = 4;         // 16-row blocks per table load (64 rows: 8 int32 accumulators)
+constexpr int64_t kBuildSegs = 4;  // segments of the next group's float tables built per pass of the decode loop
+
+// The task's code stream of group grp (blocks [2 t0, 2 t1), contiguous) and where a prefetch kPrefetchBytes ahead
+// of `here` lands: on in this stream, then in the next group's (elsewhere), clamped to the last line.
+struct Stream {
+  const uint8_t *base, *next, *last;
+  int64_t len;
+  const uint8_t* ahead(const uint8_t* here) const {
+    const int64_t a = here - base + kPrefetchBytes;
+    return std::min(a < len ? base + a : next + (a - len), last);
+  }
+};
+
+Stream stream(const CodebookWeights& w, int64_t grp, int64_t g1, int64_t t0, int64_t t1) {
+  const int64_t bstride = w.pairs8(grp) * 8;
+  const uint8_t* last = w.codes16 + w.codes16_bytes() - 64;
+  const uint8_t* next = grp + 1 < g1 ? w.group_codes16(grp + 1) + 2 * t0 * w.pairs8(grp + 1) * 8 : last;
+  return {w.group_codes16(grp) + 2 * t0 * bstride, next, last, 2 * (t1 - t0) * bstride};
+}
+
+// One token (decode): the next group's tables are built in steps between this group's passes, into the other
+// half of a double buffer, so the code stream goes on while they are built (as the AVX2 kernel's decode).
+void psum_decode(const CodebookWeights& w, const float* x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* yp,
+                 Lut4Scratch& sb) {
+  sb.d[0] = build(w, x + g0 * w.group, g0, sb, sb.tabs(0), sb.mults(0));
+  for (int64_t grp = g0; grp < g1; ++grp) {
+    const int64_t slot = (grp - g0) & 1, next = slot ^ 1;
+    const int64_t slices = w.pairs8(grp) / 8, bstride = slices * 64;
+    const uint16_t* sc = w.scale + grp * w.Mt * 32;
+    const uint8_t* gc = w.group_codes16(grp);
+    const int8_t* tq = sb.tabs(slot);
+    const uint32_t* mu = sb.mults(slot);
+    const float d = sb.d[slot];
+    const int64_t nS = grp + 1 < g1 ? w.segs(grp + 1) : 0;
+    const float* nx = x + (grp + 1) * w.group;
+    int64_t s_done = 0;
+    bool finished = nS == 0;
+    auto step = [&]() {
+      if (s_done < nS) {
+        const int64_t e = std::min(nS, s_done + kBuildSegs);
+        codebook_lut4_float_tables_avx2(w, nx, s_done, e, sb.tf);
+        s_done = e;
+      } else if (!finished) {
+        sb.d[next] = codebook_lut4_finish_avx2(w, grp + 1, sb.tf, sb.mxq, sb.invq, sb.tabs(next), sb.mults(next));
+        regroup(w.pairs_padded(grp + 1), w.pairs8(grp + 1), sb.tabs(next), sb.mults(next));
+        finished = true;
+      }
+    };
+    const Stream st = stream(w, grp, g1, t0, t1);
+    int64_t b = 2 * t0;
+    for (; b + kBlocks <= 2 * t1; b += kBlocks) {
+      const uint8_t* here = gc + b * bstride;
+      lookup16<kBlocks, true>(here, bstride, slices, tq, mu, d, sc + b * 16, yp + b * 16, st.ahead(here));
+      step();
+    }
+    for (; b < 2 * t1; ++b) {
+      const uint8_t* here = gc + b * bstride;
+      lookup16<1, true>(here, bstride, slices, tq, mu, d, sc + b * 16, yp + b * 16, st.ahead(here));
+    }
+    while (!finished) step();
+  }
+}
+
+}  // namespace
+
+void codebook_lut4_psum_avx512(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0,
+                               int64_t g1, int64_t t0, int64_t t1, float* yp, int64_t ldy, float* scratch) {
+  if (!w.codes16) {
+    codebook_lut4_psum_avx2(w, x, ldx, N, g0, g1, t0, t1, yp, ldy, scratch);
+    return;
+  }
+  const int64_t pp8 = w.pairs8_full();
+  if (N == 1) {
+    Lut4Scratch sb(scratch, 2, pp8);  // two tokens' room: the double buffer
+    psum_decode(w, x, g0, g1, t0, t1, yp, sb);
+    return;
+  }
+  Lut4Scratch sb(scratch, N, pp8);
+  for (int64_t grp = g0; grp < g1; ++grp) {
+    for (int64_t n = 0; n < N; ++n)
+      sb.d[n] = build(w, x + n * ldx + grp * w.group, grp, sb, sb.tabs(n), sb.mults(n));
+    const int64_t slices = w.pairs8(grp) / 8, bstride = slices * 64;
+    const uint16_t* sc = w.scale + grp * w.Mt * 32;
+    const uint8_t* gc = w.group_codes16(grp);
+    const Stream st = stream(w, grp, g1, t0, t1);
+    int64_t b = 2 * t0;
+    // the first token's pass prefetches the stream; the others find the codes in L1
+    for (; b + kBlocks <= 2 * t1; b += kBlocks) {
+      const uint8_t* here = gc + b * bstride;
+      lookup16<kBlocks, true>(here, bstride, slices, sb.tabs(0), sb.mults(0), sb.d[0], sc + b * 16, yp + b * 16,
+                              st.ahead(here));
+      for (int64_t n = 1; n < N; ++n)
+        lookup16<kBlocks, false>(here, bstride, slices, sb.tabs(n), sb.mults(n), sb.d[n], sc + b * 16,
+                                 yp + n * ldy + b * 16, nullptr);
+    }
+    for (; b < 2 * t1; ++b) {
+      const uint8_t* here = gc + b * bstride;
+      for (int64_t n = 0; n < N; ++n)
+        lookup16<1, false>(here, bstride, slices, sb.tabs(n), sb.mults(n), sb.d[n], sc + b * 16,
+                           yp + n * ldy + b * 16, nullptr);
+    }
+  }
+}
+
+}  // namespace lowbit
