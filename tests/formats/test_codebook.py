@@ -6,8 +6,12 @@ import pytest
 import lowbit
 
 from lowbit.formats import from_state, get_format, quantize
-from lowbit.formats.codebook import CodebookWeight, pack_codes, parse_spec, unpack_codes
+from lowbit import _native
+from lowbit.formats.codebook import (CodebookWeight, codes16_bytes, pack_codes, pack_codes16, parse_spec, unpack_codes,
+                                    unpack_codes16)
 from lowbit.formats.codebook_quant import fit_codebooks
+
+ISAS = _native.cpu_info()["available"]
 
 # (m, v, b, g, M, K): the paper's two settings, a ~3-bit one, small tables (b < 3 takes the non-SIMD table
 # build), v not a power of two, K not a multiple of v or g (a partial last group), M not a multiple of 8, and
@@ -277,6 +281,47 @@ def test_lut4_pack_roundtrip(rng, m, v, b, g, rows, k):
     idx = pw.unpacked_codes()
     assert idx.max() <= 15
     assert np.array_equal(unpack_codes(pack_codes(idx, pw.group, v, 4), rows, pw.kp // v, m, pw.group, v, 4), idx)
+
+
+@pytest.mark.parametrize("m,v,b,g,rows,k", LUT4_CASES + [(2, 4, 4, 128, 100, 4100)])
+def test_codes16_layout(rng, m, v, b, g, rows, k):
+    # the AVX-512 layout (16-row blocks, pairs padded to 8 per group): numpy round trip, and the native repack
+    # of the nibble layout gives numpy's bytes (pad pairs and pad rows code 0)
+    pw = random_parts(rng, m, v, b, g, rows, k)
+    idx = pw.unpacked_codes()
+    c16 = pack_codes16(idx, pw.group, v)
+    assert c16.size == codes16_bytes(rows, pw.kp, m, v, pw.group)
+    assert np.array_equal(unpack_codes16(c16, rows, pw.kp // v, m, pw.group, v), idx)
+    out = np.full(c16.size, 0xAB, np.uint8)
+    _native.codebook_codes16(pw.codes, rows, pw.kp, pw.group, m, v, out)
+    assert np.array_equal(out, c16)
+    with pytest.raises(ValueError, match="wrong size"):
+        _native.codebook_codes16(pw.codes, rows, pw.kp, pw.group, m, v, out[:-1])
+
+
+def test_codes16_feeds_the_avx512_kernel(rng):
+    # on a VBMI CPU the b = 4 weight carries codes16, and the avx512 level reads the codes from it (a copy with
+    # other codes gives other outputs) with the AVX2 kernel's bits; elsewhere there is no second copy
+    pw = random_parts(rng, 2, 4, 4, 128, 70, 300)
+    x = rng.standard_normal((3, 300)).astype(np.float32)
+    if "avx512" not in ISAS or not _native.cpu_info()["features"]["avx512_vbmi"]:
+        assert pw.codes16 is None
+        return
+    assert pw.codes16 is not None and pw.native_args()[2] is pw.codes16
+    try:
+        lowbit.set_isa("avx2")
+        ref = pw.matmul_kernel(x, True)
+        lowbit.set_isa("avx512")
+        for n in (1, 3):
+            assert np.array_equal(pw.matmul_kernel(x[:n], True), ref[:n])
+        y = np.empty((3, 70), np.float32)
+        other = np.zeros_like(pw.codes16)
+        _native.gemm_codebook([(pw.codes, pw._scale_u16, other)], pw._cbT, pw._cb, 70, pw.kp, pw.group, x, y, True)
+        assert not np.allclose(y, ref)
+        with pytest.raises(ValueError, match="codes16"):
+            _native.gemm_codebook([(pw.codes, pw._scale_u16, other[:-1])], pw._cbT, pw._cb, 70, pw.kp, pw.group, x, y, True)
+    finally:
+        lowbit.set_isa("auto")
 
 
 @pytest.mark.parametrize("m,v,b,g,rows,k", LUT4_CASES)

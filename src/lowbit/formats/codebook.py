@@ -121,6 +121,13 @@ def pack_codes16(idx: np.ndarray, group: int, v: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts))
 
 
+def codes16_bytes(rows: int, kp: int, m: int, v: int, group: int) -> int:
+    """Bytes of pack_codes16's layout of an [rows, kp] weight."""
+    nseg, S = kp // v, group // v
+    p8 = [-(-min(S, nseg - s0) * m // 8) * 8 for s0 in range(0, nseg, S)]
+    return -(-rows // LUT_TILE) * 2 * 16 * sum(p8) // 2
+
+
 def unpack_codes16(packed: np.ndarray, rows: int, nseg: int, m: int, group: int, v: int) -> np.ndarray:
     """The inverse of pack_codes16: uint8 [M, nseg, m]."""
     mb, S = -(-rows // LUT_TILE) * 2, group // v
@@ -302,7 +309,10 @@ class CodebookWeight(PackedWeight):
         if self.b != 4 or not _cpu_has_vbmi():
             return None
         if self._codes16 is None:
-            self._codes16 = pack_codes16(self.unpacked_codes(), self.group, self.v)
+            n = codes16_bytes(self.shape[0], self.kp, self.m, self.v, self.group)
+            out = np.empty(n, np.uint8)
+            _native.codebook_codes16(self.codes, self.shape[0], self.kp, self.group, self.m, self.v, out)
+            self._codes16 = out
         return self._codes16
 
     def native_args(self) -> tuple:

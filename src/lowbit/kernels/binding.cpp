@@ -273,6 +273,23 @@ void codebook_beam_py(nb::handle hx, nb::handle hwt, nb::handle hbooks, nb::hand
 }
 
 // The codebook quantizer's nearest-centroid search (codebook.h): x, wt f32 [n, v], booksT f32 [v, nc] -> out u8 [n].
+// b = 4 codes (nibble layout, codebook.h) of an [M, Kp] weight with m codebooks of v-vectors, scale groups of
+// `group` -> out: the AVX-512 kernel's codes16 layout.
+void codebook_codes16_py(nb::handle hcodes, int64_t M, int64_t Kp, int64_t group, int64_t m, int64_t v, nb::handle hout) {
+  auto codes = in<uint8_t, 1>(hcodes, "codebook_codes16: codes");
+  auto o = out<uint8_t, 1>(hout, "codebook_codes16: out");
+  require(M > 0 && Kp > 0 && m >= 1 && v >= 1 && Kp % v == 0 && group > 0 && group % v == 0,
+          "codebook_codes16: M, Kp, m, v must be positive, Kp and group multiples of v");
+  CodebookWeights w{codes.data(), nullptr, nullptr, nullptr, M, Kp, group, m, v, 16, CodebookWeights::tiles(M, 16),
+                    (Kp + group - 1) / group};
+  require(codes.shape(0) == (size_t)w.codes_bytes(), "codebook_codes16: codes have the wrong size for M, Kp, m, v");
+  w.codes16 = o.data();
+  require(o.shape(0) == (size_t)w.codes16_bytes(), "codebook_codes16: out has the wrong size");
+  nb::gil_scoped_release release;
+  KernelsRunning running(settings_mutex());
+  codebook_make_codes16(w, o.data());
+}
+
 void codebook_assign_py(nb::handle hx, nb::handle hwt, nb::handle hbooksT, nb::handle hout) {
   auto x = in<float, 2>(hx, "codebook_assign: x");
   auto wt = in_or_none<float, 2>(hwt, "codebook_assign: wt");
@@ -374,6 +391,8 @@ NB_MODULE(_native, m) {
         nb::arg("group"), nb::arg("x"), nb::arg("y"), nb::arg("psum") = true, nb::arg("iters") = 1);
   m.def("codebook_beam", &codebook_beam_py, nb::arg("x"), nb::arg("wt").none(), nb::arg("books"), nb::arg("codes"),
         nb::arg("beam"));
+  m.def("codebook_codes16", &codebook_codes16_py, nb::arg("codes"), nb::arg("M"), nb::arg("Kp"), nb::arg("group"),
+        nb::arg("m"), nb::arg("v"), nb::arg("out"));
   m.def("codebook_assign", &codebook_assign_py, nb::arg("x"), nb::arg("wt").none(), nb::arg("booksT"), nb::arg("out"));
   m.def("bench_int", &bench_int, nb::arg("copies"), nb::arg("zc"), nb::arg("bits"), nb::arg("M"), nb::arg("Kp"),
         nb::arg("group"), nb::arg("q"), nb::arg("sx"), nb::arg("sumx"), nb::arg("y"), nb::arg("iters"));

@@ -205,7 +205,36 @@ void beam_task(void* p, int64_t t) {
     beam_one(j, j.x + i * j.v, j.wt ? j.wt + i * j.v : ones.data(), j.codes + i * j.m, scratch, codes, next_codes, list, twin);
 }
 
+struct Codes16Job {
+  const CodebookWeights* w;
+  uint8_t* out;
+};
+
+// one (group, 32-row tile): its two 16-row blocks of codes16 from the tile's nibble codes
+void codes16_task(void* p, int64_t task) {
+  const Codes16Job& j = *static_cast<const Codes16Job*>(p);
+  const CodebookWeights& w = *j.w;
+  const int64_t grp = task / w.Mt, tile = task % w.Mt;
+  const int64_t P = w.segs(grp) * w.m, P8 = w.pairs8(grp);
+  const uint8_t* tc = w.group_codes(grp) + tile * w.pairs_padded(grp) * 16;  // byte [q/2][row]: pair q's nibble
+  auto code = [&](int64_t q, int64_t row) -> uint8_t { return q < P ? (tc[(q / 2) * 32 + row] >> (4 * (q & 1))) & 15 : 0; };
+  for (int64_t h = 0; h < 2; ++h) {
+    uint8_t* o = j.out + (w.group_codes16(grp) - w.codes16) + (2 * tile + h) * P8 * 8;
+    for (int64_t s = 0; s < P8 / 8; ++s)
+      for (int64_t r = 0; r < 16; ++r)
+        for (int64_t t = 0; t < 4; ++t)
+          o[s * 64 + 4 * r + t] = (uint8_t)(code(8 * s + t, 16 * h + r) | code(8 * s + 4 + t, 16 * h + r) << 4);
+  }
+}
+
 }  // namespace
+
+void codebook_make_codes16(const CodebookWeights& w, uint8_t* codes16) {
+  CodebookWeights v = w;
+  v.codes16 = codes16;  // group_codes16's base
+  Codes16Job j{&v, codes16};
+  pool_run(w.G * w.Mt, codes16_task, &j);
+}
 
 void codebook_beam(const float* x, const float* wt, const float* books, int64_t n, int64_t m, int64_t v, int64_t nc,
                    int64_t beam, uint8_t* codes) {

@@ -182,6 +182,9 @@ CodebookKernel codebook_kernel(bool psum, const char** name);
 // y [N][M] = x [N][Kp] . W^T on the thread pool; call without the GIL.
 void codebook_run(const CodebookWeights& w, const float* x, int64_t N, float* y, CodebookKernel k);
 
+// b == 4: w's codes (the nibble layout) -> codes16 [codes16_bytes()] (the AVX-512 layout); on the thread pool.
+void codebook_make_codes16(const CodebookWeights& w, uint8_t* codes16);
+
 // The quantizer's nearest-centroid search: out[i] = argmin_c sum_k wt[i][k] (x[i][k] - C[c][k])^2 (first
 // minimum on ties), x and wt [n][v] (wt null: all ones), booksT [v][nc] with nc <= 256. On the thread pool.
 void codebook_assign(const float* x, const float* wt, const float* booksT, int64_t n, int64_t v, int64_t nc,
