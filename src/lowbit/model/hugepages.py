@@ -8,6 +8,7 @@ loaded model's codes are views of its file mapping (np.memmap, 4 KiB page-cache 
 one thread streaming the 2-bit GEMV from DRAM: 0.4-1.6 MB matrices x1.02-1.30 faster on 2 MiB pages.
 
     moved = codes_to_hugepages(weights)   # weights with flat uint8 ``codes`` -> bytes moved into one arena
+(a codebook b = 4 weight on an AVX-512 VBMI CPU moves its ``codes16`` instead: the copy its kernel reads).
 
 Each weight's ``codes`` becomes a view into one anonymous mapping (2 MiB aligned, MADV_HUGEPAGE), packed in
 the given order with 4 KiB between matrices. Memory: an owned array is freed once copied and the freed heap
@@ -79,6 +80,12 @@ def hugepage_buffer(nbytes: int) -> np.ndarray:
     return buf[off:off + nbytes]
 
 
+def _streamed(w) -> str:
+    """The attribute holding the codes w's kernel streams: ``codes``, or a codebook b = 4 weight's AVX-512 copy
+    (``codes16``, made here: then the kernel never reads ``codes``, which stays where it is)."""
+    return "_codes16" if getattr(w, "codes16", None) is not None else "codes"
+
+
 def codes_to_hugepages(weights) -> int:
     """Moves the ``codes`` of `weights` (IntCodeWeight-like: a uint8 ``codes`` array) into one huge-page arena,
     in order; returns the bytes moved (0 when nothing qualified)."""
@@ -89,19 +96,21 @@ def codes_to_hugepages(weights) -> int:
                 or getattr(w, "_on_hugepages", False) or isinstance(mapping_of(c), mmap.mmap)):
             continue
         seen.add(id(w))
-        todo.append(w)
+        todo.append((w, _streamed(w)))
     if not todo:
         return 0
-    sizes = [-(-w.codes.nbytes // ALIGN) * ALIGN for w in todo]
+    sizes = [-(-getattr(w, name).nbytes // ALIGN) * ALIGN for w, name in todo]
     arena = hugepage_buffer(sum(sizes))
     at = since_trim = 0
-    for w, n in zip(todo, sizes):
-        dst = arena[at:at + w.codes.nbytes]
-        dst[:] = w.codes
-        mm = mapping_of(w.codes)
-        if mm is not None:  # an np.memmap view: drop its pages (the array itself stays valid)
-            release_range(mm, w.codes)
-        w.codes = dst
+    for (w, name), n in zip(todo, sizes):
+        src = getattr(w, name)
+        dst = arena[at:at + src.nbytes]
+        dst[:] = src
+        for a in (src, w.codes):
+            mm = mapping_of(a)
+            if mm is not None:  # an np.memmap view: drop its pages (the array itself stays valid)
+                release_range(mm, a)
+        setattr(w, name, dst)
         w._on_hugepages = True
         at += n
         since_trim += n
