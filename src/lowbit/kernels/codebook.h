@@ -124,6 +124,8 @@ void codebook_lut4_dequant_avx2(const CodebookWeights&, const float*, int64_t, i
 // the per-pair scales above: mxq [P] -> invq [P] (inv0 * 2^e_q), mult [Pp/2] (code vector p: bytes mult_2p,
 // mult_2p+1, mult_2p, mult_2p+1; the pad pair's 1); returns E (shared by the AVX2 kernel and its scalar twin)
 int codebook_lut4_scales(const float* mxq, int64_t P, int64_t Pp, float mx, float* invq, uint32_t* mult);
+// the same 16 pairs at a time with AVX-512 (codebook_vbmi.cpp; VBMI CPUs only), bit for bit the scalar one
+int codebook_lut4_scales_avx512(const float* mxq, int64_t P, int64_t Pp, float mx, float* invq, uint32_t* mult);
 // Whether x[0..n) holds a NaN or an infinity (an integer test of the exponent fields, which vectorizes). The int8
 // table builds check a group's inputs (or float tables) with it and then return codebook_nonfinite_tables: NaN as the
 // unit d, so that token's outputs become NaN as the float paths' do; else the non-finite values vanished in the int8

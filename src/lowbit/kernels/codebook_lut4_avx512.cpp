@@ -33,7 +33,72 @@ void regroup(int64_t Pp, int64_t P8, int8_t* Tq, uint32_t* mult) {
   }
 }
 
+// The table build for v = 4 on zmm: the AVX2 build's operations in the same order (so the same bytes), 16 entries
+// a register. Float tables of segments [s0, s1) into tf; returns whether one of them is not finite.
+bool float_tables_v4(const CodebookWeights& w, const float* xg, int64_t s0, int64_t s1, float* tf) {
+  __mmask16 bad = 0;
+  for (int64_t i = 0; i < w.m; ++i) {
+    const float* cb = w.cbT + i * 64;  // C_i^T [4][16]
+    const __m512 c0 = _mm512_loadu_ps(cb), c1 = _mm512_loadu_ps(cb + 16);
+    const __m512 c2 = _mm512_loadu_ps(cb + 32), c3 = _mm512_loadu_ps(cb + 48);
+    for (int64_t s = s0; s < s1; ++s) {
+      const float* xs = xg + s * 4;
+      const __m512 t = _mm512_add_ps(_mm512_fmadd_ps(c1, _mm512_set1_ps(xs[1]), _mm512_mul_ps(c0, _mm512_set1_ps(xs[0]))),
+                                     _mm512_fmadd_ps(c3, _mm512_set1_ps(xs[3]), _mm512_mul_ps(c2, _mm512_set1_ps(xs[2]))));
+      bad |= _mm512_fpclass_ps_mask(t, 0x99);  // QNaN, +-Inf, SNaN
+      _mm512_storeu_ps(tf + (s * w.m + i) * 16, t);
+    }
+  }
+  return bad != 0;
+}
+
+// max over the lanes of each of 16 vectors; result lane 4L + j holds v[4j + L]'s (a transposed order)
+inline __m512 hmax16(const __m512* v) {
+  __m512 a[8], b[4], c[2];
+  for (int k = 0; k < 8; ++k)
+    a[k] = _mm512_max_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44), _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE));
+  for (int k = 0; k < 4; ++k)
+    b[k] = _mm512_max_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88), _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD));
+  for (int k = 0; k < 2; ++k)
+    c[k] = _mm512_max_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0x88), _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0xDD));
+  return _mm512_max_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+}
+
+// The int8 tables of group grp from tf (codebook_lut4_finish_avx2's bytes: pair maxima, the per-pair scales, the
+// quantization), zeroed past P up to P8, and the 4-pair multipliers; returns d.
+float finish_v4(const CodebookWeights& w, int64_t grp, const float* tf, bool bad, Lut4Scratch& sb, int8_t* Tq,
+                uint32_t* mult) {
+  const int64_t P = w.segs(grp) * w.m, Pp = w.pairs_padded(grp), P8 = w.pairs8(grp);
+  if (bad) {
+    const float d = codebook_nonfinite_tables(Pp, 16, Tq, mult);
+    regroup(Pp, P8, Tq, mult);
+    return d;
+  }
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t q0 = 0; q0 < P; q0 += 16) {
+    __m512 v[16];
+    for (int j = 0; j < 16; ++j)
+      v[j] = q0 + j < P ? _mm512_and_ps(_mm512_loadu_ps(tf + (q0 + j) * 16), absmask) : _mm512_setzero_ps();
+    const __m512 mx16 = _mm512_permutexvar_ps(order, hmax16(v));
+    _mm512_storeu_ps(sb.mxq + q0, mx16);
+    amax = _mm512_max_ps(amax, mx16);
+  }
+  const float mx = _mm512_reduce_max_ps(amax);
+  const int E = codebook_lut4_scales_avx512(sb.mxq, P, Pp, mx, sb.invq, mult);
+  for (int64_t q = 0; q < P; ++q) {
+    const __m512i iq = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(tf + q * 16), _mm512_set1_ps(sb.invq[q])));
+    _mm_storeu_si128((__m128i*)(Tq + q * 16), _mm512_cvtsepi32_epi8(iq));
+  }
+  std::memset(Tq + P * 16, 0, (P8 - P) * 16);
+  regroup(Pp, P8, Tq, mult);
+  return mx / 127.f / (float)(1u << E);
+}
+
+// One token's tables of group grp in one go.
 float build(const CodebookWeights& w, const float* xg, int64_t grp, Lut4Scratch& sb, int8_t* Tq, uint32_t* mult) {
+  if (w.v == 4) return finish_v4(w, grp, sb.tf, float_tables_v4(w, xg, 0, w.segs(grp), sb.tf), sb, Tq, mult);
   codebook_lut4_float_tables_avx2(w, xg, 0, w.segs(grp), sb.tf);
   const float d = codebook_lut4_finish_avx2(w, grp, sb.tf, sb.mxq, sb.invq, Tq, mult);
   regroup(w.pairs_padded(grp), w.pairs8(grp), Tq, mult);
@@ -106,15 +171,20 @@ void psum_decode(const CodebookWeights& w, const float* x, int64_t g0, int64_t g
     const int64_t nS = grp + 1 < g1 ? w.segs(grp + 1) : 0;
     const float* nx = x + (grp + 1) * w.group;
     int64_t s_done = 0;
-    bool finished = nS == 0;
+    bool finished = nS == 0, bad = false;
     auto step = [&]() {
       if (s_done < nS) {
         const int64_t e = std::min(nS, s_done + kBuildSegs);
-        codebook_lut4_float_tables_avx2(w, nx, s_done, e, sb.tf);
+        if (w.v == 4) bad |= float_tables_v4(w, nx, s_done, e, sb.tf);
+        else codebook_lut4_float_tables_avx2(w, nx, s_done, e, sb.tf);
         s_done = e;
       } else if (!finished) {
-        sb.d[next] = codebook_lut4_finish_avx2(w, grp + 1, sb.tf, sb.mxq, sb.invq, sb.tabs(next), sb.mults(next));
-        regroup(w.pairs_padded(grp + 1), w.pairs8(grp + 1), sb.tabs(next), sb.mults(next));
+        if (w.v == 4) {
+          sb.d[next] = finish_v4(w, grp + 1, sb.tf, bad, sb, sb.tabs(next), sb.mults(next));
+        } else {
+          sb.d[next] = codebook_lut4_finish_avx2(w, grp + 1, sb.tf, sb.mxq, sb.invq, sb.tabs(next), sb.mults(next));
+          regroup(w.pairs_padded(grp + 1), w.pairs8(grp + 1), sb.tabs(next), sb.mults(next));
+        }
         finished = true;
       }
     };

@@ -367,6 +367,10 @@ constexpr int kBlocksATable = 4;
 
 }  // namespace
 
+int codebook_lut4_scales_avx512(const float* mxq, int64_t P, int64_t Pp, float mx, float* invq, uint32_t* mult) {
+  return lut4_scales_avx512(mxq, P, Pp, mx, invq, mult);
+}
+
 void codebook_psum_vbmi(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0, int64_t g1,
                         int64_t t0, int64_t t1, float* yp, int64_t ldy, float* scratch) {
   if (w.nc == 16) {
