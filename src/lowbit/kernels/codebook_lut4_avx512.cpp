@@ -8,7 +8,9 @@
 //     one vpermb per nibble looks up 64 psums, one vpdpbusd (x the pairs' multipliers) adds each row's 4 into int32
 // 7 vector ops per 128 lookups, 2 of them on port 5. The tables and multipliers are the AVX2 build's bytes (the same
 // power-of-two scales; codebook.h), the sums exact in int32 and turned to float once a group as the AVX2 kernel does
-// once a window of 256 pairs, so both give the same bits while a group has at most 256 pairs.
+// once a window of 256 pairs, so both give the same bits while a group has at most 256 pairs. For v = 4 the build
+// itself runs on zmm (float_tables_v4, finish_v4) with the AVX2 build's operations in its order; other v call the
+// AVX2 build.
 #include <immintrin.h>
 
 #include <algorithm>
