@@ -161,6 +161,30 @@ struct Lut4Scratch {
   int8_t* tabs(int64_t n) const { return tab + n * ppf * 16; }
   uint32_t* mults(int64_t n) const { return mult + n * (ppf / 2 + 4); }
 };
+// The b = 4 decode kernels' build of the next group's tables in steps between this group's row passes, so the code
+// stream goes on while they are built: step() adds per_step segments of float tables (floats(s0, s1)), and once all
+// nS are there runs finish(); complete() runs what is left.
+template <class Floats, class Finish>
+struct StepwiseBuild {
+  Floats floats;
+  Finish finish;
+  int64_t nS, per_step, s_done = 0;
+  bool finished;
+  StepwiseBuild(Floats f, Finish g, int64_t nS_, int64_t per) : floats(f), finish(g), nS(nS_), per_step(per), finished(nS_ == 0) {}
+  void step() {
+    if (s_done < nS) {
+      const int64_t e = s_done + per_step < nS ? s_done + per_step : nS;
+      floats(s_done, e);
+      s_done = e;
+    } else if (!finished) {
+      finish();
+      finished = true;
+    }
+  }
+  void complete() {
+    while (!finished) step();
+  }
+};
 // one token's int8 tables of group grp: Tq [pairs_padded(grp)][16] and multipliers, returns d (the scalar build)
 float codebook_lut4_tables_scalar(const CodebookWeights& w, const float* xg, int64_t grp, Lut4Scratch& sb, int8_t* Tq,
                                   uint32_t* mult);

@@ -259,21 +259,10 @@ void lut4_psum_decode(const CodebookWeights& w, const float* x, int64_t g0, int6
     const int8_t* tq = sb.tabs(slot);
     const uint32_t* mu = sb.mults(slot);
     const float d = sb.d[slot];
-    // the next group's build: segments [s_done, nS) of float tables left, then the finish
-    const int64_t nS = grp + 1 < g1 ? w.segs(grp + 1) : 0;
     const float* nx = x + (grp + 1) * w.group;
-    int64_t s_done = 0;
-    bool finished = nS == 0;
-    auto step = [&]() {
-      if (s_done < nS) {
-        const int64_t e = std::min(nS, s_done + kBuildSegs);
-        float_tables(w, nx, s_done, e, sb.tf);
-        s_done = e;
-      } else if (!finished) {
-        sb.d[next] = finish_tables_lut4(w, grp + 1, sb.tf, sb.mxq, sb.invq, sb.tabs(next), sb.mults(next));
-        finished = true;
-      }
-    };
+    StepwiseBuild nb([&](int64_t s0, int64_t s1) { float_tables(w, nx, s0, s1, sb.tf); },
+                     [&] { sb.d[next] = finish_tables_lut4(w, grp + 1, sb.tf, sb.mxq, sb.invq, sb.tabs(next), sb.mults(next)); },
+                     grp + 1 < g1 ? w.segs(grp + 1) : 0, kBuildSegs);
     // this task's code stream: the tiles [t0, t1) of each group in turn (contiguous when the task has every row);
     // the prefetches run kPrefetchBytes ahead on it, into the next group's tiles past this group's
     const uint8_t* base = gc + t0 * tstride;
@@ -287,10 +276,10 @@ void lut4_psum_decode(const CodebookWeights& w, const float* x, int64_t g0, int6
         _mm_prefetch((const char*)std::min(ahead < len ? base + ahead : nbase + (ahead - len), last), _MM_HINT_T0);
       }
       lookup_lut4<LUT4_TILES>(here, tstride, half, tq, mu, d, sc + tile * 32, yp + tile * 32);
-      step();
+      nb.step();
     }
     for (; tile < t1; ++tile) lookup_lut4<1>(gc + tile * tstride, tstride, half, tq, mu, d, sc + tile * 32, yp + tile * 32);
-    while (!finished) step();
+    nb.complete();
   }
 }
 

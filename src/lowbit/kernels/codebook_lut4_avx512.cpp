@@ -170,38 +170,34 @@ void psum_decode(const CodebookWeights& w, const float* x, int64_t g0, int64_t g
     const int8_t* tq = sb.tabs(slot);
     const uint32_t* mu = sb.mults(slot);
     const float d = sb.d[slot];
-    const int64_t nS = grp + 1 < g1 ? w.segs(grp + 1) : 0;
     const float* nx = x + (grp + 1) * w.group;
-    int64_t s_done = 0;
-    bool finished = nS == 0, bad = false;
-    auto step = [&]() {
-      if (s_done < nS) {
-        const int64_t e = std::min(nS, s_done + kBuildSegs);
-        if (w.v == 4) bad |= float_tables_v4(w, nx, s_done, e, sb.tf);
-        else codebook_lut4_float_tables_avx2(w, nx, s_done, e, sb.tf);
-        s_done = e;
-      } else if (!finished) {
-        if (w.v == 4) {
-          sb.d[next] = finish_v4(w, grp + 1, sb.tf, bad, sb, sb.tabs(next), sb.mults(next));
-        } else {
-          sb.d[next] = codebook_lut4_finish_avx2(w, grp + 1, sb.tf, sb.mxq, sb.invq, sb.tabs(next), sb.mults(next));
-          regroup(w.pairs_padded(grp + 1), w.pairs8(grp + 1), sb.tabs(next), sb.mults(next));
-        }
-        finished = true;
-      }
-    };
+    bool bad = false;
+    StepwiseBuild nb(
+        [&](int64_t s0, int64_t s1) {
+          if (w.v == 4) bad |= float_tables_v4(w, nx, s0, s1, sb.tf);
+          else codebook_lut4_float_tables_avx2(w, nx, s0, s1, sb.tf);
+        },
+        [&] {
+          if (w.v == 4) {
+            sb.d[next] = finish_v4(w, grp + 1, sb.tf, bad, sb, sb.tabs(next), sb.mults(next));
+          } else {
+            sb.d[next] = codebook_lut4_finish_avx2(w, grp + 1, sb.tf, sb.mxq, sb.invq, sb.tabs(next), sb.mults(next));
+            regroup(w.pairs_padded(grp + 1), w.pairs8(grp + 1), sb.tabs(next), sb.mults(next));
+          }
+        },
+        grp + 1 < g1 ? w.segs(grp + 1) : 0, kBuildSegs);
     const Stream st = stream(w, grp, g1, t0, t1);
     int64_t b = 2 * t0;
     for (; b + kBlocks <= 2 * t1; b += kBlocks) {
       const uint8_t* here = gc + b * bstride;
       lookup16<kBlocks, true>(here, bstride, slices, tq, mu, d, sc + b * 16, yp + b * 16, st.ahead(here));
-      step();
+      nb.step();
     }
     for (; b < 2 * t1; ++b) {
       const uint8_t* here = gc + b * bstride;
       lookup16<1, true>(here, bstride, slices, tq, mu, d, sc + b * 16, yp + b * 16, st.ahead(here));
     }
-    while (!finished) step();
+    nb.complete();
   }
 }
 
