@@ -304,8 +304,8 @@ class CodebookWeight(PackedWeight):
 
     @property
     def codes16(self) -> np.ndarray | None:
-        """b == 4 on a CPU with AVX-512 VBMI: the codes in the AVX-512 kernel's layout (made once, kept: the codes'
-        bytes twice in memory); else None."""
+        """b == 4 on a CPU with AVX-512 VBMI: the codes in the AVX-512 kernel's layout (made once and kept beside
+        ``codes``; the native decoder's arena keeps only this copy resident, model/hugepages.py); else None."""
         if self.b != 4 or not _cpu_has_vbmi():
             return None
         if self._codes16 is None:

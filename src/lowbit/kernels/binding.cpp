@@ -272,7 +272,6 @@ void codebook_beam_py(nb::handle hx, nb::handle hwt, nb::handle hbooks, nb::hand
   codebook_beam(x.data(), w, books.data(), n, m, v, nc, beam, codes.data());
 }
 
-// The codebook quantizer's nearest-centroid search (codebook.h): x, wt f32 [n, v], booksT f32 [v, nc] -> out u8 [n].
 // b = 4 codes (nibble layout, codebook.h) of an [M, Kp] weight with m codebooks of v-vectors, scale groups of
 // `group` -> out: the AVX-512 kernel's codes16 layout.
 void codebook_codes16_py(nb::handle hcodes, int64_t M, int64_t Kp, int64_t group, int64_t m, int64_t v, nb::handle hout) {
@@ -290,6 +289,7 @@ void codebook_codes16_py(nb::handle hcodes, int64_t M, int64_t Kp, int64_t group
   codebook_make_codes16(w, o.data());
 }
 
+// The codebook quantizer's nearest-centroid search (codebook.h): x, wt f32 [n, v], booksT f32 [v, nc] -> out u8 [n].
 void codebook_assign_py(nb::handle hx, nb::handle hwt, nb::handle hbooksT, nb::handle hout) {
   auto x = in<float, 2>(hx, "codebook_assign: x");
   auto wt = in_or_none<float, 2>(hwt, "codebook_assign: wt");

@@ -25,7 +25,7 @@
 // (q = s*m + i) padded to even (Pp; the pad pair has a zero table and code 0):
 //     codes: uint8 [G][Mt][Pp_g/2][32]  byte [p][j]: row j's code of pair 2p (low nibble), 2p+1 (high nibble)
 //     scale: f16 [G][Mt*32]
-// On AVX-512 VBMI a second copy of the codes, made at load (formats/codebook.py pack_codes_x16), feeds
+// On AVX-512 VBMI a second copy of the codes, made at first use (codebook_make_codes16), feeds
 // codebook_lut4_psum_avx512: blocks of 16 rows, pairs padded to a multiple of 8 per group (P8_g; pad code 0):
 //     codes16: uint8 [G][2*Mt][P8_g/8][64]  slice s, byte 4j + t: row j's code of pair 8s+t (low nibble), 8s+4+t (high)
 // so one vpermb looks up 16 rows x 4 pairs in a register holding those 4 pairs' tables (64 bytes) and one

@@ -93,7 +93,7 @@ float finish_v4(const CodebookWeights& w, int64_t grp, const float* tf, bool bad
     const __m512i iq = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(tf + q * 16), _mm512_set1_ps(sb.invq[q])));
     _mm_storeu_si128((__m128i*)(Tq + q * 16), _mm512_cvtsepi32_epi8(iq));
   }
-  std::memset(Tq + P * 16, 0, (P8 - P) * 16);
+  if (Pp > P) std::memset(Tq + P * 16, 0, 16);  // the pad pair, as the AVX2 build; regroup zeroes the rest to P8
   regroup(Pp, P8, Tq, mult);
   return mx / 127.f / (float)(1u << E);
 }

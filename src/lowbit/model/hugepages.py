@@ -106,10 +106,9 @@ def codes_to_hugepages(weights) -> int:
         src = getattr(w, name)
         dst = arena[at:at + src.nbytes]
         dst[:] = src
-        for a in (src, w.codes):
-            mm = mapping_of(a)
-            if mm is not None:  # an np.memmap view: drop its pages (the array itself stays valid)
-                release_range(mm, a)
+        mm = mapping_of(w.codes)  # codes16 is made on the heap: only the nibble codes can be a file's pages
+        if mm is not None:  # an np.memmap view: drop its pages (the array itself stays valid)
+            release_range(mm, w.codes)
         setattr(w, name, dst)
         w._on_hugepages = True
         at += n
