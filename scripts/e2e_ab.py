@@ -37,14 +37,19 @@ def main() -> int:
             prof = d.get("profile", {}).get("decode")
             extra = "  " + " ".join(f"{k} {prof[k]:.3f}" for k in ("gemv", "join", "attention", "lm_head", "rest",
                                                                      "python", "total")) if prof else ""
-            print(f"round {r} {side}: decode {d['tg_tps']:.1f} tok/s, {100 * d['roofline_fraction']:.1f}% of the "
-                  f"roofline (bandwidth {d['bandwidth_gbps']:.1f} GB/s){extra}", flush=True)
+            print(f"round {r} {side}: prefill {d['pp_tps']:.1f} tok/s, decode {d['tg_tps']:.1f} tok/s, "
+                  f"{100 * d['roofline_fraction']:.1f}% of the roofline (bandwidth {d['bandwidth_gbps']:.1f} GB/s)"
+                  f"{extra}", flush=True)
     fa = [d["roofline_fraction"] for d in res["A"]]
     fb = [d["roofline_fraction"] for d in res["B"]]
     print(f"A: median {100 * statistics.median(fa):.1f}% of the roofline, {statistics.median(d['tg_tps'] for d in res['A']):.1f} tok/s")
     print(f"B: median {100 * statistics.median(fb):.1f}% of the roofline, {statistics.median(d['tg_tps'] for d in res['B']):.1f} tok/s")
     print(f"B/A per round (fraction of the roofline): {' '.join(f'{b / a:.3f}' for a, b in zip(fa, fb))}; "
           f"median {statistics.median(b / a for a, b in zip(fa, fb)):.3f}")
+    pa = [d["pp_tps"] for d in res["A"]]
+    pb = [d["pp_tps"] for d in res["B"]]
+    print(f"prefill tok/s: A median {statistics.median(pa):.1f}, B median {statistics.median(pb):.1f}; B/A per round "
+          f"{' '.join(f'{b / a:.3f}' for a, b in zip(pa, pb))}; median {statistics.median(b / a for a, b in zip(pa, pb)):.3f}")
     return 0
 
 
