@@ -1,5 +1,6 @@
 """Two lowbit builds side by side: `lowbit bench e2e` of each, alternating runs (A B B A A B ...), each run's
-decode against the bandwidth read beside it (its own roofline fraction), then the median ratio B/A.
+decode against the bandwidth read beside it (its own roofline fraction), then per measure the medians and the
+per-round ratios B/A (with --profile also attention's and the whole token's ms, prefill and decode).
 
     python scripts/e2e_ab.py A_PYTHON B_PYTHON [--rounds 6] -- --shape bitnet-0.7b --format ternary -t 2 -r 2
 
@@ -40,16 +41,18 @@ def main() -> int:
             print(f"round {r} {side}: prefill {d['pp_tps']:.1f} tok/s, decode {d['tg_tps']:.1f} tok/s, "
                   f"{100 * d['roofline_fraction']:.1f}% of the roofline (bandwidth {d['bandwidth_gbps']:.1f} GB/s)"
                   f"{extra}", flush=True)
-    fa = [d["roofline_fraction"] for d in res["A"]]
-    fb = [d["roofline_fraction"] for d in res["B"]]
-    print(f"A: median {100 * statistics.median(fa):.1f}% of the roofline, {statistics.median(d['tg_tps'] for d in res['A']):.1f} tok/s")
-    print(f"B: median {100 * statistics.median(fb):.1f}% of the roofline, {statistics.median(d['tg_tps'] for d in res['B']):.1f} tok/s")
-    print(f"B/A per round (fraction of the roofline): {' '.join(f'{b / a:.3f}' for a, b in zip(fa, fb))}; "
-          f"median {statistics.median(b / a for a, b in zip(fa, fb)):.3f}")
-    pa = [d["pp_tps"] for d in res["A"]]
-    pb = [d["pp_tps"] for d in res["B"]]
-    print(f"prefill tok/s: A median {statistics.median(pa):.1f}, B median {statistics.median(pb):.1f}; B/A per round "
-          f"{' '.join(f'{b / a:.3f}' for a, b in zip(pa, pb))}; median {statistics.median(b / a for a, b in zip(pa, pb)):.3f}")
+    def compare(name: str, get) -> None:
+        va, vb = [get(d) for d in res["A"]], [get(d) for d in res["B"]]
+        print(f"{name:30s} A median {statistics.median(va):9.3f}  B median {statistics.median(vb):9.3f}  B/A per round "
+              f"{' '.join(f'{b / a:.3f}' for a, b in zip(va, vb))}; median {statistics.median(b / a for a, b in zip(va, vb)):.3f}")
+
+    compare("decode, fraction of the roofline", lambda d: d["roofline_fraction"])
+    compare("decode tok/s", lambda d: d["tg_tps"])
+    compare("prefill tok/s", lambda d: d["pp_tps"])
+    if all("profile" in d for side in res.values() for d in side):  # with --profile: ms a token by part
+        for phase in ("prefill", "decode"):
+            for part in ("attention", "total"):
+                compare(f"{phase} {part} ms a token", lambda d: d["profile"][phase][part])
     return 0
 
 
