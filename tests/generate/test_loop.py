@@ -104,3 +104,21 @@ def test_prefix_reuse(model):
 def test_eos_id_from_tokenizer(model):
     g = stream(model, model.tokenizer, "Hi", max_tokens=2)
     assert EOS in g.eos_ids
+
+
+def test_max_tokens_zero_runs_the_prompt_only(model):
+    # as llama.cpp's -n 0: nothing generated, the prompt's K/V cached and its time and memory reported
+    model.reset()
+    g = stream(model, model.tokenizer, "Hello there", max_tokens=0)
+    assert list(g) == [] and g.tokens == [] and g.stats.finish_reason == "length"
+    n = len(g.prompt_ids)
+    assert model.cache.length == n and g.stats.prompt_time > 0
+    assert g.stats.generation_tokens == 0 and g.stats.peak_memory_gb > 0 and g.stats.rss_end_gb > 0
+    # the next call reuses that prompt's K/V and continues exactly as a fresh run would
+    b = stream(model, model.tokenizer, "Hello there, friend", max_tokens=4)
+    text_b = "".join(b)
+    assert b.stats.cached_tokens == n
+    model.reset()
+    assert generate(model, model.tokenizer, "Hello there, friend", max_tokens=4) == text_b
+    with pytest.raises(ContextOverflowError, match="context holds 16"):
+        list(stream(tiny_model(max_context=16), model.tokenizer, "x" * 40, max_tokens=0))

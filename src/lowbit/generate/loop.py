@@ -121,9 +121,16 @@ class Generation:
         stops = StopMatcher(self.stop)
         st.cached_tokens = max(0, min(self.model.cache.common_prefix(self.prompt_ids), len(self.prompt_ids) - 1))
         st.finish_reason = "length"
-        if self.max_tokens == 0:
-            return
         tic = time.perf_counter()
+        if self.max_tokens == 0:  # the prompt only (as llama.cpp's -n 0): its K/V cached, its time measured
+            try:
+                common = prepare_prompt(self.model, self.prompt_ids)
+                self.model.prefill(self.prompt_ids[common:])
+                st.prompt_time = time.perf_counter() - tic
+            finally:
+                st.peak_memory_gb = peak_memory_gb()
+                st.rss_end_gb = rss_gb()
+            return
         steps = generate_step(self.model, self.prompt_ids, Sampler(self.params), self.max_tokens)
         try:
             for tok in steps:
