@@ -17,13 +17,13 @@ def make(kind, m, k, rng):
     if kind == "ternary":
         a = rng.integers(-1, 2, (m, k))
         return a, LUTMatrix.ternary(a)
-    bits = {"int2": 2, "int4": 4}[kind]
+    bits = {"int2": 2, "int3": 3, "int4": 4}[kind]
     a = rng.integers(0, 1 << bits, (m, k))
     return a, LUTMatrix.codes(a, bits)
 
 
 @pytest.mark.parametrize("m,k", SHAPES)
-@pytest.mark.parametrize("kind", ["binary", "ternary", "int2", "int4"])
+@pytest.mark.parametrize("kind", ["binary", "ternary", "int2", "int3", "int4"])
 def test_native_every_isa_exact(isa, rng, m, k, kind):
     a, lut = make(kind, m, k, rng)
     np.testing.assert_array_equal(lut.dense(), a)
@@ -39,14 +39,15 @@ def test_kernel_path_follows_the_isa(isa):
     assert _native.rsr_lut_path() == want
 
 
-@pytest.mark.parametrize("kind", ["binary", "ternary", "int2", "int4"])
+@pytest.mark.parametrize("kind", ["binary", "ternary", "int2", "int3", "int4"])
 def test_int16_bound_at_extreme_inputs(isa, kind):
     # every table entry at its largest magnitude (all ones / all -1 / all top codes, |x| = 127) over many spans
     m, k = 70, 64 * 4 * 5 + 3
     a = {"binary": np.ones((m, k), np.int64), "ternary": -np.ones((m, k), np.int64),
-         "int2": np.full((m, k), 3), "int4": np.full((m, k), 15)}[kind]
+         "int2": np.full((m, k), 3), "int3": np.full((m, k), 7), "int4": np.full((m, k), 15)}[kind]
     lut = {"binary": LUTMatrix.binary, "ternary": LUTMatrix.ternary,
-           "int2": lambda c: LUTMatrix.codes(c, 2), "int4": lambda c: LUTMatrix.codes(c, 4)}[kind](a)
+           "int2": lambda c: LUTMatrix.codes(c, 2), "int3": lambda c: LUTMatrix.codes(c, 3),
+           "int4": lambda c: LUTMatrix.codes(c, 4)}[kind](a)
     for v in (127, -127):
         q = np.full((2, k), v, np.int8)
         y, _ = lut.matmul_i8(q)

@@ -179,7 +179,7 @@ std::tuple<std::string, double> rsr_lut_gemm(Arr<const uint8_t, nb::ndim<4>> w, 
   std::shared_lock<std::shared_mutex> running(settings_mutex());  // set_isa / set_threads wait for us
   const auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < iters; ++it) {
-    lut_build_tables(qd, N, K, tab.data());
+    lut_build_tables(qd, N, K, tab.data(), k.i16_tables);
     lut_run(c, k);
   }
   return {k.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};

@@ -2,6 +2,7 @@
 #include "rsr_lut.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "dispatch.h"
 #include "thread_pool.h"
@@ -14,9 +15,8 @@ const LutKernels& lut_kernels() {
   return isa == "avx512" || isa == "amx" ? lut_kernels_avx512 : lut_kernels_avx2;
 }
 
-void lut_tables(const int8_t* x, int64_t K, int8_t* tab) {
-  const int64_t K4 = (K + 3) / 4;
-  for (int64_t c = 0; c < K4; ++c) {
+void lut_tables(const int8_t* x, int64_t K, int8_t* tab, bool i16, int64_t c0, int64_t c1) {
+  for (int64_t c = c0; c < c1; ++c) {
     int16_t v[4];
     for (int i = 0; i < 4; ++i) v[i] = 4 * c + i < K ? x[4 * c + i] : 0;
     int16_t s[16];
@@ -24,6 +24,10 @@ void lut_tables(const int8_t* x, int64_t K, int8_t* tab) {
     for (int i = 0; i < 4; ++i)  // the patterns with bit i set are those without it, plus x[4c + i]
       for (int p = 0; p < 1 << i; ++p) s[(1 << i) + p] = (int16_t)(s[p] + v[i]);
     int8_t* t = tab + c * 32;
+    if (i16) {
+      std::memcpy(t, s, sizeof s);
+      continue;
+    }
     for (int p = 0; p < 16; ++p) {
       t[p] = (int8_t)(uint8_t)(s[p] & 0xFF);
       t[16 + p] = (int8_t)(s[p] >> 8);
@@ -58,20 +62,27 @@ void lut_task(void* ctx, int64_t tile) {
 
 struct TabJob {
   const int8_t* x;
-  int64_t K;
+  int64_t K, parts, per_part;
   int8_t* tab;
+  bool i16;
 };
 
-void tab_task(void* ctx, int64_t n) {
+void tab_task(void* ctx, int64_t t) {
   const TabJob& j = *static_cast<const TabJob*>(ctx);
-  lut_tables(j.x + n * j.K, j.K, j.tab + n * ((j.K + 3) / 4) * 32);
+  const int64_t n = t / j.parts, K4 = (j.K + 3) / 4, c0 = (t % j.parts) * j.per_part;
+  lut_tables(j.x + n * j.K, j.K, j.tab + n * K4 * 32, j.i16, c0, std::min(K4, c0 + j.per_part));
 }
 
 }  // namespace
 
-void lut_build_tables(const int8_t* x, int64_t N, int64_t K, int8_t* tab) {
-  TabJob j{x, K, tab};
-  pool_run(N, tab_task, &j);
+void lut_build_tables(const int8_t* x, int64_t N, int64_t K, int8_t* tab, bool i16) {
+  const int64_t K4 = (K + 3) / 4;
+  // fewer tokens than 2 tasks a thread: their chunks in parts of >= 512 (16 KB of tables)
+  const int64_t want = (2 * pool_threads() + N - 1) / N;
+  const int64_t parts = std::max<int64_t>(1, std::min(want, K4 / 512));
+  const int64_t per_part = (K4 + parts - 1) / parts;
+  TabJob j{x, K, (K4 + per_part - 1) / per_part, per_part, tab, i16};
+  pool_run(N * j.parts, tab_task, &j);
 }
 
 void lut_run(const LutCall& c, const LutKernels& k) {

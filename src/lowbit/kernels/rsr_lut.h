@@ -37,11 +37,13 @@ inline int lut_span(const LutPlanes& p) {
   return 32767 / (508 * w);
 }
 
-// One ISA's tile kernel: out [64] int32 = the tile's rows of A . x for one token's tables
-// tab [K4][32] (bytes 0..15 the low bytes of T_c[0..15], 16..31 the high bytes).
+// One ISA's tile kernel: out [64] int32 = the tile's rows of A . x for one token's tables tab [K4][32 bytes]:
+// split (AVX2, scalar; bytes 0..15 the low bytes of T_c[0..15], 16..31 the high bytes, for vpshufb) or, where
+// i16_tables, T_c[0..15] as int16 (AVX-512's vpermw).
 struct LutKernels {
   const char* name;
   void (*tile)(const uint8_t* wt, const int8_t* tab, int64_t K4, const LutPlanes& p, int32_t* out);
+  bool i16_tables = false;
 };
 // The ISA kernels' tile_n<PLANES> called with the plane count known at run time:
 // f(std::integral_constant<int, planes>) for planes 1..kLutMaxPlanes.
@@ -61,9 +63,10 @@ extern const LutKernels lut_kernels_avx2;
 extern const LutKernels lut_kernels_avx512;  // AVX-512BW: two chunks a zmm
 const LutKernels& lut_kernels();
 
-// tab [K4][32] from x [K] (int8, zero past K); lut_build_tables: N tokens x [N][K] on the pool.
-void lut_tables(const int8_t* x, int64_t K, int8_t* tab);
-void lut_build_tables(const int8_t* x, int64_t N, int64_t K, int8_t* tab);
+// tab [K4][32] from x [K] (int8, zero past K), chunks [c0, c1) only; lut_build_tables: N tokens x [N][K] on the
+// pool (a few tokens' chunks cut into parts, so a one-token call does not build 2^13 tables on one thread).
+void lut_tables(const int8_t* x, int64_t K, int8_t* tab, bool i16, int64_t c0, int64_t c1);
+void lut_build_tables(const int8_t* x, int64_t N, int64_t K, int8_t* tab, bool i16);
 
 struct LutCall {
   const uint8_t* w;

@@ -1,7 +1,17 @@
-// rsr-lut with AVX-512BW: the AVX2 kernel's lookups two chunks at a time, one chunk in each 256-bit half of a zmm
-// (vpshufb looks up within each 128-bit lane, so lanes 0-1 take chunk c's table and lanes 2-3 chunk c + 1's):
-// 2 x 64 rows x 4 inputs per plane in 4 vpshufb + 4 vpunpck + 4 vpaddw. The halves hold the same rows and are
-// added when a span's int16 sums widen to int32 (layout and the int16 bound in rsr_lut.h).
+// rsr-lut with AVX-512BW: the lookups are `vpermw` into int16 tables (tab16, rsr_lut.h), so the AVX2 kernel's split
+// of each table into its low and high bytes, and the four `vpunpck` that put them back together (port 5, like every
+// shuffle), are gone. A zmm of codes is read as 32 words; word i of a chunk's 32 bytes holds four rows' nibbles
+// (bits 0-3 row 2i, 4-7 row 32 + 2i, 8-11 row 2i + 1, 12-15 row 33 + 2i), and `vpermw` looks up the five low bits of
+// each word's shifts by 0, 4, 8 and 12. Per 64 bytes of codes: 3 shifts, 4 `vpermw`, 4 adds (and, binary only,
+// 4 `vpternlogd`), against 2 + 4 + 4 + 4 `vpand`/`vpshufb`/`vpunpck`/add and 2 table shuffles before (10 of them
+// on port 5).
+//   - 2 or more planes (ternary, int2): a zmm holds two planes of one chunk (the layout stores a chunk's planes
+//     one after the other), the table is the chunk's 16 entries twice, so bit 4 of an index (the next nibble's bit)
+//     does not matter and no masking is needed; the halves accumulate their own plane, whose sign and shift apply
+//     when the int16 sums widen.
+//   - 1 plane (binary): a zmm holds chunks c and c + 1, the table their two 16 entries, and bit 4 of the index
+//     (one `vpternlogd`: the nibble, then 16 in the upper half) selects the chunk.
+// An int16 lane adds one raw table entry (|T| <= 508) per step and widens every kLutLaneSpan steps.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -12,73 +22,103 @@
 namespace lowbit {
 namespace {
 
-// chunk c's and c + 1's 32 code bytes of plane pl (zero past K4: pattern 0 looks up T[0] = 0)
-template <int PLANES>
-inline __m512i codes2(const uint8_t* wt, int64_t c, int64_t K4, int pl) {
-  const uint8_t* a = wt + (c * PLANES + pl) * 32;
-  const bool two = c + 1 < K4;
-  if constexpr (PLANES == 1) return two ? _mm512_loadu_si512(a) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)a));
-  const __m256i lo = _mm256_loadu_si256((const __m256i*)a);
-  const __m256i hi = two ? _mm256_loadu_si256((const __m256i*)(a + PLANES * 32)) : _mm256_setzero_si256();
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+constexpr int64_t kLutLaneSpan = 32767 / 508;  // int16 adds of raw table entries before a lane must widen
+
+// the four lookups of the words of v (32 int16 lanes), indices from `index` (the shifted words), into a[0..3]
+template <bool FLAG>
+[[gnu::always_inline]] inline void lookup4(__m512i v, __m512i T, __m512i flag, __m512i* a) {
+  const __m512i x[4] = {v, _mm512_srli_epi16(v, 4), _mm512_srli_epi16(v, 8), _mm512_srli_epi16(v, 12)};
+  for (int s = 0; s < 4; ++s) {
+    // FLAG: (x & 15) | flag, imm (A & B) | C
+    const __m512i idx = FLAG ? _mm512_ternarylogic_epi32(x[s], _mm512_set1_epi16(15), flag, 0xEA) : x[s];
+    a[s] = _mm512_add_epi16(a[s], _mm512_permutexvar_epi16(idx, T));
+  }
+}
+
+// lanes 0-15 and 16-31 of an int16 sum as int32, each times its plane's sign and power of two
+[[gnu::always_inline]] inline __m512i widen(__m512i a, int sh0, bool neg0, int sh1, bool neg1) {
+  __m512i lo = _mm512_cvtepi16_epi32(_mm512_castsi512_si256(a));
+  __m512i hi = _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(a, 1));
+  lo = _mm512_slli_epi32(lo, (unsigned)sh0);
+  hi = _mm512_slli_epi32(hi, (unsigned)sh1);
+  const __m512i z = _mm512_setzero_si512();
+  return _mm512_add_epi32(neg0 ? _mm512_sub_epi32(z, lo) : lo, neg1 ? _mm512_sub_epi32(z, hi) : hi);
+}
+
+// acc[s] lane i (s = 0..3) is row 2i, 32 + 2i, 2i + 1, 33 + 2i
+[[gnu::always_inline]] inline void store_rows(const __m512i* acc, int32_t* out) {
+  const __m512i even_odd_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i even_odd_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  _mm512_storeu_si512(out, _mm512_permutex2var_epi32(acc[0], even_odd_lo, acc[2]));
+  _mm512_storeu_si512(out + 16, _mm512_permutex2var_epi32(acc[0], even_odd_hi, acc[2]));
+  _mm512_storeu_si512(out + 32, _mm512_permutex2var_epi32(acc[1], even_odd_lo, acc[3]));
+  _mm512_storeu_si512(out + 48, _mm512_permutex2var_epi32(acc[1], even_odd_hi, acc[3]));
+}
+
+void tile_binary(const uint8_t* wt, const int16_t* tab, int64_t K4, const LutPlanes& p, int32_t* out) {
+  const uint8_t* last = wt + (K4 - 1) * 32;
+  const __m512i flag = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
+  __m512i acc[4];
+  for (int s = 0; s < 4; ++s) acc[s] = _mm512_setzero_si512();
+  for (int64_t c0 = 0; c0 < K4; c0 += 2 * kLutLaneSpan) {
+    const int64_t c1 = std::min(K4, c0 + 2 * kLutLaneSpan);
+    __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+    int64_t c = c0;
+    for (; c + 1 < c1; c += 2) {  // the tile's codes are one stream: kPrefetchBytes ahead, a line per 64 bytes
+      _mm_prefetch(prefetch_target(wt + c * 32, last), _MM_HINT_T0);
+      lookup4<true>(_mm512_loadu_si512(wt + c * 32), _mm512_loadu_si512(tab + c * 16), flag, a);
+    }
+    if (c < c1)  // a last lone chunk: the upper half's codes 0 look up entry 16, 0
+      lookup4<true>(_mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(wt + c * 32))),
+                    _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(tab + c * 16))), flag, a);
+    for (int s = 0; s < 4; ++s) acc[s] = _mm512_add_epi32(acc[s], widen(a[s], p.shift[0], p.neg[0], p.shift[0], p.neg[0]));
+  }
+  store_rows(acc, out);
 }
 
 template <int PLANES>
-void tile_n(const uint8_t* wt, const int8_t* tab, int64_t K4, const LutPlanes& p, int32_t* out) {
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
+void tile_planes(const uint8_t* wt, const int16_t* tab, int64_t K4, const LutPlanes& p, int32_t* out) {
+  constexpr int kPairs = (PLANES + 1) / 2;
   const uint8_t* last = wt + (K4 * PLANES - 1) * 32;
-  // each half adds every other chunk, so twice lut_span's chunks keep every int16 lane within its bound
-  const int64_t span = 2 * lut_span(p);
-  __m512i acc32[4];
-  for (int i = 0; i < 4; ++i) acc32[i] = _mm512_setzero_si512();
-  for (int64_t c0 = 0; c0 < K4; c0 += span) {
-    const int64_t c1 = std::min(K4, c0 + span);
-    __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-    for (int64_t c = c0; c < c1; c += 2) {
-      // [low c | high c | low c+1 | high c+1] -> tl = [low c, low c, low c+1, low c+1], th likewise
-      const __m512i T = c + 1 < K4 ? _mm512_loadu_si512(tab + c * 32)
-                                   : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(tab + c * 32)));
-      const __m512i tl = _mm512_shuffle_i64x2(T, T, 0xA0), th = _mm512_shuffle_i64x2(T, T, 0xF5);
-      // the tile's codes are one stream of K4 * PLANES * 32 bytes: kPrefetchBytes ahead, a line per 64 bytes
-      for (int pl = 0; pl < PLANES; ++pl) _mm_prefetch(prefetch_target(wt + (c * PLANES + pl) * 32, last), _MM_HINT_T0);
-      for (int pl = 0; pl < PLANES; ++pl) {
-        const __m512i v = codes2<PLANES>(wt, c, K4, pl);
-        const __m512i i0 = _mm512_and_si512(v, low4);                        // rows 0..31 (each half)
-        const __m512i i1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);  // rows 32..63
-        const __m512i l0 = _mm512_shuffle_epi8(tl, i0), h0 = _mm512_shuffle_epi8(th, i0);
-        const __m512i l1 = _mm512_shuffle_epi8(tl, i1), h1 = _mm512_shuffle_epi8(th, i1);
-        __m512i e[4] = {_mm512_unpacklo_epi8(l0, h0),   // per half: rows 0-7 | 16-23
-                        _mm512_unpackhi_epi8(l0, h0),   // rows 8-15 | 24-31
-                        _mm512_unpacklo_epi8(l1, h1),   // rows 32-39 | 48-55
-                        _mm512_unpackhi_epi8(l1, h1)};  // rows 40-47 | 56-63
-        const int s = p.shift[pl];
-        for (int i = 0; i < 4; ++i) {
-          const __m512i t = s ? _mm512_slli_epi16(e[i], s) : e[i];
-          a[i] = p.neg[pl] ? _mm512_sub_epi16(a[i], t) : _mm512_add_epi16(a[i], t);
-        }
+  const __m512i none = _mm512_setzero_si512();
+  __m512i acc[4];
+  for (int s = 0; s < 4; ++s) acc[s] = _mm512_setzero_si512();
+  for (int64_t c0 = 0; c0 < K4; c0 += kLutLaneSpan) {
+    const int64_t c1 = std::min(K4, c0 + kLutLaneSpan);
+    __m512i a[kPairs][4];
+    for (int j = 0; j < kPairs; ++j)
+      for (int s = 0; s < 4; ++s) a[j][s] = _mm512_setzero_si512();
+    for (int64_t c = c0; c < c1; ++c) {
+      const uint8_t* w = wt + c * PLANES * 32;
+      for (int b = 0; b < PLANES * 32; b += 64) _mm_prefetch(prefetch_target(w + b, last), _MM_HINT_T0);
+      const __m512i T = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(tab + c * 16)));
+      for (int j = 0; j < kPairs; ++j) {
+        const __m512i v = 2 * j + 1 < PLANES ? _mm512_loadu_si512(w + 64 * j)
+                                             : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(w + 64 * j)));
+        lookup4<false>(v, T, none, a[j]);
       }
     }
-    // widen: lane l of a[i] (l = 0, 1 chunk c's half; 2, 3 chunk c + 1's) -> int32, the halves added
-    for (int i = 0; i < 4; ++i) {
-      const __m512i w0 = _mm512_cvtepi16_epi32(_mm512_castsi512_si256(a[i]));       // lanes 0-1: rows as AVX2's a[i]
-      const __m512i w1 = _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(a[i], 1));  // lanes 2-3: the same rows
-      acc32[i] = _mm512_add_epi32(acc32[i], _mm512_add_epi32(w0, w1));
+    for (int j = 0; j < kPairs; ++j) {
+      const int q = 2 * j + 1 < PLANES ? 2 * j + 1 : 2 * j;  // a lone last plane's upper half summed T[0] = 0
+      for (int s = 0; s < 4; ++s)
+        acc[s] = _mm512_add_epi32(acc[s], widen(a[j][s], p.shift[2 * j], p.neg[2 * j], p.shift[q], p.neg[q]));
     }
   }
-  // acc32[i]: 16 int32 = the AVX2 kernel's a[i] widened: first 8 = low 128-bit lane's rows, next 8 the high lane's
-  static const int first_row[4][2] = {{0, 16}, {8, 24}, {32, 48}, {40, 56}};
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_si256((__m256i*)(out + first_row[i][0]), _mm512_castsi512_si256(acc32[i]));
-    _mm256_storeu_si256((__m256i*)(out + first_row[i][1]), _mm512_extracti64x4_epi64(acc32[i], 1));
-  }
+  store_rows(acc, out);
 }
 
 void tile(const uint8_t* wt, const int8_t* tab, int64_t K4, const LutPlanes& p, int32_t* out) {
-  lut_with_planes(p.planes, [&](auto n) { tile_n<decltype(n)::value>(wt, tab, K4, p, out); });
+  const int16_t* t16 = reinterpret_cast<const int16_t*>(tab);
+  switch (p.planes) {
+    case 1: return tile_binary(wt, t16, K4, p, out);
+    case 2: return tile_planes<2>(wt, t16, K4, p, out);
+    case 3: return tile_planes<3>(wt, t16, K4, p, out);
+    default: return tile_planes<4>(wt, t16, K4, p, out);
+  }
 }
 
 }  // namespace
 
-const LutKernels lut_kernels_avx512{"avx512", tile};
+const LutKernels lut_kernels_avx512{"avx512", tile, /*i16_tables=*/true};
 
 }  // namespace lowbit
