@@ -39,6 +39,25 @@ def test_run_prompt_too_long(tiny_dir, capsys):
     assert rc == 1 and "context holds 16" in err
 
 
+def test_run_says_when_the_context_is_full(tiny_dir, capsys):
+    # a reply cut by the full KV cache, not by -n, says so (it ended with "length" and no word before)
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--max-context", "24", "--no-chat", "-p", "fox",
+                           "-n", "100", "-q")
+    assert rc == 0 and "the context is full (24 tokens)" in err and "of 100 tokens" in err
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--max-context", "24", "--no-chat", "-p", "fox",
+                           "-n", "4", "-q")
+    assert rc == 0 and err == ""
+
+
+def test_run_prompt_only(tiny_dir, capsys):
+    # -n 0 runs the prompt (as llama.cpp's): its time and the memory are measured, nothing is generated
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "The quick brown fox", "-n", "0")
+    lines = {ln.split(":")[0].strip(): ln for ln in err.splitlines() if ":" in ln}
+    assert rc == 0 and out.strip() == ""
+    assert float(lines["prompt"].split(",")[1].split()[0]) > 0  # "prompt: N tokens, X ms, Y tokens/s"
+    assert " 0 tokens" in lines["generation"] and "0.00 GB at the end" not in lines["memory"]
+
+
 def test_missing_default_model(monkeypatch, capsys):
     monkeypatch.setattr(_common.importlib.util, "find_spec", lambda name: None)
     rc, out, err = run_cli(capsys, "run")

@@ -88,6 +88,10 @@ def test_prompt_too_long():
     g = stream(m, m.tokenizer, "x" * 10, max_tokens=50)
     list(g)
     assert len(g.tokens) == 16 - 11 + 1 and g.stats.finish_reason in ("length", "stop")
+    assert g.stats.context_full == (g.stats.finish_reason == "length")
+    g = stream(m, m.tokenizer, "x" * 10, max_tokens=3)
+    list(g)
+    assert not g.stats.context_full  # max_tokens ended it
 
 
 def test_prefix_reuse(model):

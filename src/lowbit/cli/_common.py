@@ -112,3 +112,9 @@ def load_from_args(args, quiet: bool = False):
                 max_context=getattr(args, "max_context", None), progress=not quiet,
                 backend=getattr(args, "backend", "native"), device=getattr(args, "device", None),
                 precision=getattr(args, "precision", None), kv_cache=getattr(args, "kv_cache", None))
+
+
+def context_full_note(llm, gen) -> str:
+    """What `run` and `chat` say when a reply stopped because the KV cache was full, not at max_tokens."""
+    return (f"lowbit: the context is full ({llm.model.cache.max_ctx} tokens): the reply stopped after "
+            f"{gen.stats.generation_tokens} of {gen.max_tokens} tokens; raise --max-context for more")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from lowbit.cli._common import add_model_args, add_runtime_args, add_sampling_args, load_from_args, sampling_kwargs
+from lowbit.cli._common import (add_model_args, add_runtime_args, add_sampling_args, context_full_note, load_from_args,
+                                sampling_kwargs)
 from lowbit.model import ContextOverflowError
 
 HELP = "commands: /exit, /reset (clear history), /stats (toggle tokens/s)"
@@ -91,6 +92,8 @@ def main(args) -> int:
             print(f"\nlowbit: {e}; /reset to start over", file=sys.stderr)
             continue
         print(flush=True)
+        if gen.stats.context_full:
+            print(context_full_note(llm, gen), file=sys.stderr)
         history.append({"role": "assistant", "content": gen.text})
         if show_stats:
             print(gen.stats, file=sys.stderr)

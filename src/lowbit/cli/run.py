@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from lowbit.cli._common import add_model_args, add_runtime_args, add_sampling_args, load_from_args, sampling_kwargs
+from lowbit.cli._common import (add_model_args, add_runtime_args, add_sampling_args, context_full_note, load_from_args,
+                                sampling_kwargs)
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 
@@ -59,6 +60,8 @@ def main(args) -> int:
         out.flush()
     out.write("\n")
     out.flush()
+    if gen.stats.context_full:
+        print(context_full_note(llm, gen), file=sys.stderr)
     if not args.quiet:
         print(timings(llm.load_stats, gen.stats), file=sys.stderr)
     return 0

@@ -37,6 +37,7 @@ class GenerationStats:
     peak_memory_gb: float = 0.0  # peak RSS of the process (since load, when load reset it)
     rss_end_gb: float = 0.0  # RSS when generation ended
     finish_reason: str = ""  # "stop" (EOS or stop string), "length" (max_tokens or context full)
+    context_full: bool = False  # generation ended because the KV cache was full, before max_tokens
 
     @property
     def prompt_tps(self) -> float:
@@ -151,6 +152,8 @@ class Generation:
                 if stops.stopped:
                     st.finish_reason = "stop"
                     break
+            if st.finish_reason == "length" and len(self.tokens) < self.max_tokens:
+                st.context_full = True
             if not stops.stopped:  # emit what the decoder and the stop matcher still hold
                 tail = stops.push(detok.flush())
                 tail += stops.flush()
