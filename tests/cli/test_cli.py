@@ -49,6 +49,13 @@ def test_run_says_when_the_context_is_full(tiny_dir, capsys):
     assert rc == 0 and err == ""
 
 
+def test_run_max_context_checked(tiny_dir, capsys):
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--max-context", "0", "-p", "fox", "-n", "2")
+    assert rc == 1 and "max_context must be >= 1, got 0" in err
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--max-context", "300", "-p", "fox", "-n", "2", "-q")
+    assert rc == 0 and "lowbit: warning: max_context 300 is past the 256 positions" in err
+
+
 def test_run_prompt_only(tiny_dir, capsys):
     # -n 0 runs the prompt (as llama.cpp's): its time and the memory are measured, nothing is generated
     rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "The quick brown fox", "-n", "0")

@@ -72,6 +72,18 @@ def test_context_overflow():
         m.prefill(IDS[:9])
 
 
+def test_max_context_checked():
+    with pytest.raises(ValueError, match="max_context must be >= 1, got 0"):
+        tiny_model(max_context=0)  # 0 took the default before, without a word
+    with pytest.warns(UserWarning, match="past the 128 positions the model was trained on"):
+        m = tiny_model(max_context=200)
+    assert m.cache.max_ctx == 200
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tiny_model(max_context=128).cache.max_ctx == 128  # up to max_position_embeddings: no warning
+
+
 def test_untied_gqa_bias_variants():
     cfg = tiny_config(tie_word_embeddings=False, num_key_value_heads=1, attention_bias=True)
     w = dummy_weights(cfg)

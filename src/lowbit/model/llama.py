@@ -185,7 +185,13 @@ class Model:
         self._weights = weights
         self._used: set[str] = set()
         self._expected = set(self.tensor_shapes(args))  # what this architecture and config read
+        if max_context is not None and int(max_context) < 1:
+            raise ValueError(f"max_context must be >= 1, got {max_context}")
         self.max_context = int(max_context or min(args.max_position_embeddings, DEFAULT_MAX_CONTEXT))
+        if self.max_context > args.max_position_embeddings:  # as llama.cpp's "n_ctx > n_ctx_train" warning
+            warnings.warn(f"max_context {self.max_context} is past the {args.max_position_embeddings} positions the "
+                          f"model was trained on (max_position_embeddings): expect worse output beyond them",
+                          stacklevel=2)
         # float16 K/V for quantized models (half the bytes attention reads); float32 on the f32 reference path
         q0 = weights.get("model.layers.0.self_attn.q_proj.weight")
         q_format = q0.format if isinstance(q0, PackedWeight) else (format or "f32")
