@@ -40,6 +40,26 @@ def test_cli_flags(tmp_path, capsys):
     assert (pw.m, pw.v, pw.b, pw.group) == (1, 4, 5, 32)
 
 
+def test_bad_options_fail_before_any_work(tmp_path, monkeypatch):
+    import importlib
+
+    import pytest
+
+    convert_mod = importlib.import_module("lowbit.io.convert")  # the module (lowbit.io.convert is also the function)
+
+    cfg = tiny_config()
+    src = write_hf(tmp_path / "src", cfg, random_weights(cfg), dtype="f32")
+    # the check runs before the checkpoint is opened: a bad m, v, b or g failed after the first tensors before
+    monkeypatch.setattr(convert_mod, "open_checkpoint", lambda p: pytest.fail("opened the checkpoint"))
+    for opts, msg in [({"m": 0}, "m \\(codebooks\\) must be in 1..8, got 0"), ({"b": 9}, "bits per code"),
+                      ({"v": 8, "g": 12}, "multiple of v=8")]:
+        with pytest.raises(ValueError, match=msg):
+            convert(src, tmp_path / "out", format="codebook", format_options=opts, progress=False)
+    with pytest.raises(ValueError, match="multiple of v=3"):
+        convert(src, tmp_path / "out", format="codebook", group_size=64, format_options={"v": 3}, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_calibration_weights_by_activation_stats(tmp_path):
     from lowbit.io.calibrate import activation_stats
 

@@ -167,6 +167,12 @@ def convert(src, out, format: str = "int4", group_size: int | None = None, lm_he
         raise ValueError(f"group size must be a positive multiple of {GROUP_ALIGN}, got {group_size}")
     if ternary_method not in METHODS:
         raise ValueError(f"unknown ternary_method {ternary_method!r}; choose one of {', '.join(METHODS)}")
+    if format == "codebook":  # before any work: a bad m, v, b or g failed after the first tensors
+        from lowbit.formats.codebook import DEFAULTS, check_params
+
+        o = {k: DEFAULTS[k] if format_options.get(k) is None else format_options[k] for k in "mvb"}
+        g = format_options.get("g")
+        check_params(int(o["m"]), int(o["v"]), int(o["b"]), int(g if g is not None else group_size or DEFAULTS["g"]))
     ckpt = open_checkpoint(src)
     tokenizer = ckpt.tokenizer()
     names = ckpt.tensor_names()
