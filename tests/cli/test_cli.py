@@ -111,6 +111,16 @@ def test_perplexity(tiny_dir, tmp_path, capsys):
     assert rc == 0 and float(out) > 1.0
 
 
+def test_perplexity_bad_text_file(tiny_dir, tmp_path, capsys):
+    rc, out, err = run_cli(capsys, "perplexity", "-m", str(tiny_dir), "-f", str(tmp_path), "-q")
+    assert rc == 1 and "is a directory; -f takes a text file" in err
+    rc, out, err = run_cli(capsys, "perplexity", "-m", str(tiny_dir), "-f", str(tmp_path / "none.txt"), "-q")
+    assert rc == 1 and "none.txt: no such file" in err
+    (tmp_path / "empty.txt").write_text("")
+    rc, out, err = run_cli(capsys, "perplexity", "-m", str(tiny_dir), "-f", str(tmp_path / "empty.txt"), "-q")
+    assert rc == 1 and "too short" in err
+
+
 def test_perplexity_matches_logits(tiny_dir):
     import numpy as np
 

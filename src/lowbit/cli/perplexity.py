@@ -39,7 +39,9 @@ def main(args) -> int:
     from lowbit.perplexity import perplexity, perplexity_llamacpp
 
     path = pathlib.Path(args.text_file)
-    if not path.is_file():
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; -f takes a text file")
+    if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
     text = path.read_text(encoding="utf-8", errors="replace")
     if args.max_context is None:
