@@ -72,6 +72,23 @@ def test_context_overflow():
         m.prefill(IDS[:9])
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_token_ids_out_of_range(native):
+    m = tiny_model()
+    m.native_decode = native
+    vocab = m.embed.shape[0]
+    for bad in (vocab, -1):  # -1 gathered the last row (numpy's negative index) without a word
+        with pytest.raises(ValueError, match=f"token id {bad} is out of range: the vocabulary has {vocab} tokens"):
+            m.prefill([1, bad, 2])
+        with pytest.raises(ValueError, match="out of range"):
+            m.logits([bad])
+    m.reset()
+    m.prefill([1, 2])
+    with pytest.raises(ValueError, match=f"token id {vocab} (is out of range|outside the vocabulary)"):
+        m.decode(vocab)
+    assert m.cache.length == 2  # nothing written
+
+
 def test_max_context_checked():
     with pytest.raises(ValueError, match="max_context must be >= 1, got 0"):
         tiny_model(max_context=0)  # 0 took the default before, without a word

@@ -72,7 +72,11 @@ class Embedding:
 
     def __call__(self, ids) -> np.ndarray:
         """ids: int [N] -> float32 [N, hidden] (a fresh array)."""
-        return np.array(self._rows(np.asarray(ids, np.int64)), np.float32)
+        ids = np.asarray(ids, np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.shape[0]):  # numpy would take -1 as the last row
+            bad = int(ids[(ids < 0) | (ids >= self.shape[0])][0])
+            raise ValueError(f"token id {bad} is out of range: the vocabulary has {self.shape[0]} tokens")
+        return np.array(self._rows(ids), np.float32)
 
     def as_linear(self) -> Linear:
         """The same table as an output projection (tied embeddings)."""
