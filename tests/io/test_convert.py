@@ -248,6 +248,22 @@ def test_cli_convert(tmp_path, hf_src, capsys):
     assert "--format" in helptext and "ternary" in helptext and "--force" in helptext
 
 
+def test_cli_offers_every_format(tmp_path, hf_src, capsys):
+    # the CLI's choices are convert()'s formats: rsr (README's `lowbit convert --format rsr`) and int6 (the lm_head
+    # default, so `--lm-head-format int6` too) were refused by argparse
+    from lowbit.cli import main
+    from lowbit.cli.convert import FORMAT_HELP
+    from lowbit.io.convert import FORMATS
+
+    assert set(FORMAT_HELP) == set(FORMATS)
+    src, _ = hf_src
+    out = tmp_path / "out"
+    assert main(["convert", str(src), str(out), "--format", "rsr", "--lm-head-format", "int6", "-q"]) == 0
+    ck = open_checkpoint(out)
+    assert ck.load("model.layers.0.mlp.up_proj.weight").format == "rsr"
+    assert ck.load("lm_head.weight").format == "int6"
+
+
 def test_ternary_repacks_losslessly_to_tq1():
     from lowbit.formats import quantize
     from lowbit.io.convert import pack

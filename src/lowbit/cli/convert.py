@@ -8,10 +8,12 @@ FORMAT_HELP = {
     "ternary": "1.58-bit {-1,0,+1} x scale (lossless for BitNet / TQ1_0 / TQ2_0 sources)",
     "tq1": "ternary at 5 trits per byte (1.6 bits; lossless from per-tensor/row ternary such as BitNet)",
     "binary": "1-bit +-scale",
+    "rsr": "ternary plus an RSR index (paper 003: k-row blocks, input permutations, segments) for calls of >= 32 tokens",
     "codebook": "vector codebooks (AQLM) + Psumbook kernel: m*b/v + 16/g bits (--m --v --b --g)",
     "int2": "2-bit codes, per-group scale and offset",
     "int4": "4-bit codes, per-group scale and offset (default)",
-    "int8": "8-bit codes, one scale per block of 32 (like Q8_0); the lm_head default",
+    "int8": "8-bit codes, one scale per block of 32 (like Q8_0)",
+    "int6": "6-bit codes, per-group scale and offset (7 bits per weight); the lm_head default",
     "bf16": "bfloat16 (no quantization; the speed baseline)",
     "f32": "float32",
 }
