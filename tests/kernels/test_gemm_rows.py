@@ -1,8 +1,9 @@
 """The GEMM (N tokens) paths against the GEMV (one token) on every ISA: the same bits row by row, since a
 batched decode step must equal its rows run one at a time (tests/model/test_batch.py relies on it), and
 against the numpy reference. N covers the GEMV run once per token (N = 2-3; 2-16 for 4-bit codes), the 6/4/2/1
-token tiles of the panel kernels (AVX-512: 6 .. 1; AMX: blocks of 16 tokens and a partial one) and their passes; M and K are not multiples of the 64-row blocks or
-the slices."""
+token tiles of the panel kernels (AVX-512: 6 .. 1; AMX: blocks of 16 tokens and a partial one) and their passes, and
+AMX's token slices for groups below 256 past 32 tokens (40: two of 20; 70: three; 133: five); M and K are not multiples
+of the 64-row blocks or the slices."""
 import numpy as np
 import pytest
 
@@ -17,7 +18,7 @@ CASES = [("int8", {}), ("int8", {"group_size": None}), ("int8", {"group_size": 9
 
 
 @pytest.mark.parametrize("fmt,opts", CASES, ids=lambda c: c if isinstance(c, str) else str(c))
-@pytest.mark.parametrize("n", [2, 3, 4, 7, 13, 16, 70, 133])
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 13, 16, 40, 70, 133])
 def test_gemm_rows_equal_gemv_bitwise(isa, fmt, opts, n, rng):
     m, k = 141, 1000  # 3 row blocks (the last of 13 rows), K padded to the format's unit
     w = rng.standard_normal((m, k)).astype(np.float32)

@@ -1,5 +1,5 @@
-// AMX-INT8 GEMM of every code width (N >= kAmxMinTokens = 8 tokens; groups a multiple of 32, those below 256 only
-// at 12-32 tokens): the AVX-512 panel GEMM (gemm_panel_avx512.inc) with its token loop on the tile unit. Compiled
+// AMX-INT8 GEMM of every code width (N >= kAmxMinTokens = 8 tokens; groups a multiple of 32, those below 256 from
+// 12 tokens, in slices of <= 32): the AVX-512 panel GEMM (gemm_panel_avx512.inc) with its token loop on the tile unit. Compiled
 // with AMX target flags; dispatch uses it only where CPUID reports AMX-TILE + AMX-INT8 + GFNI and the kernel
 // granted this process the tile state.
 //
@@ -29,7 +29,8 @@ namespace {
 // bitnet-0.7b (scripts/step_ab.py --batch 4, 2 threads): GEMM 18.6 ms on the tiles vs 14.7 on AVX-512, 2.6 ms of
 // it at the join (the long per-thread runs of N < 8); at 8 rows 17.5 vs 23.9, at 16 18.6 vs 30.7.
 constexpr int64_t kAmxMinTokens = 8;
-constexpr int64_t kAmxSmallGroupTokens[2] = {12, 32};  // the tokens for which groups < kPanelMinGroup take tiles
+// Groups < kPanelMinGroup take tiles from 12 tokens, in passes of at most 32 tokens
+constexpr int64_t kAmxSmallGroupTokens[2] = {12, 32};
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -122,20 +123,33 @@ void gemm_amx_bits(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, in
 
 void gemm_int_amx(const IntWeights& w, const ActQ& a, float* y, int64_t ldy, int64_t b0, int64_t b1) {
   // Groups below kPanelMinGroup: the float step of every group goes through memory for every token, which
-  // block_int (AVX-512) keeps in registers; the tiles still win for a batched decode step's 12-32 rows, where the
-  // sums of a pass stay in L1. Same build, 1 thread, in cache, AMX / AVX-512 at N = 4, 16, 128 (1536x4096,
-  // 4096x1536, 2560x6912): int8 (groups of 32) 0.5-0.7 / 1.2-1.4 / 0.75-0.85x, int4 (32) 0.5 / 1.3-1.4 /
-  // 0.7-0.8x, int2 (64) 0.65-0.75 / 1.6-1.7 / 1.1-1.25x.
+  // block_int (AVX-512) keeps in registers; the tiles win where a pass's sums stay in L1, 12-32 tokens. Same build,
+  // 1 thread, in cache, AMX / AVX-512 at N = 4, 16, 128 in one pass (1536x4096, 4096x1536, 2560x6912): int8 (groups
+  // of 32) 0.5-0.7 / 1.2-1.4 / 0.75-0.85x, int4 (32) 0.5 / 1.3-1.4 / 0.7-0.8x, int2 (64) 0.65-0.75 / 1.6-1.7 /
+  // 1.1-1.25x. So more tokens go as slices of <= 32 (stop 32: N = 64 and 128, bitnet-2b shapes, 1 thread, in cache,
+  // against block_int: int4 and int8 1.0-2.5x, int2 1.6-2.8x; the prefill of SmolLM2's int4 GGUF 1.2-1.4x).
   const bool small = w.group < kPanelMinGroup;
-  if (a.N < kAmxMinTokens || w.group % 32 != 0 || (small && (a.N < kAmxSmallGroupTokens[0] || a.N > kAmxSmallGroupTokens[1]))) {
+  if (a.N < kAmxMinTokens || w.group % 32 != 0 || (small && a.N < kAmxSmallGroupTokens[0])) {
     kernels_avx512().gemm_int(w, a, y, ldy, b0, b1);
     return;
   }
-  switch (w.bits) {
-    case 1: gemm_amx_bits<1>(w, a, y, ldy, b0, b1); break;
-    case 2: gemm_amx_bits<2>(w, a, y, ldy, b0, b1); break;
-    case 4: gemm_amx_bits<4>(w, a, y, ldy, b0, b1); break;
-    case 8: gemm_amx_bits<8>(w, a, y, ldy, b0, b1); break;
+  auto run = [&](const ActQ& s, float* ys) {
+    switch (w.bits) {
+      case 1: gemm_amx_bits<1>(w, s, ys, ldy, b0, b1); break;
+      case 2: gemm_amx_bits<2>(w, s, ys, ldy, b0, b1); break;
+      case 4: gemm_amx_bits<4>(w, s, ys, ldy, b0, b1); break;
+      case 8: gemm_amx_bits<8>(w, s, ys, ldy, b0, b1); break;
+    }
+  };
+  if (!small || a.N <= kAmxSmallGroupTokens[1]) return run(a, y);
+  // Small groups, more tokens than a pass keeps in L1: equal slices of <= 32 tokens, each a pass of its own over the
+  // task's rows (their codes are in L2 after the first), since a row's bits do not depend on the other tokens.
+  const int64_t slices = (a.N + kAmxSmallGroupTokens[1] - 1) / kAmxSmallGroupTokens[1];
+  for (int64_t i = 0, t0 = 0; i < slices; ++i) {
+    const int64_t t1 = a.N * (i + 1) / slices;
+    const ActQ s{a.q + t0 * a.Kp, a.scale + t0 * a.G, a.sum ? a.sum + t0 * a.G : nullptr, t1 - t0, a.Kp, a.group, a.G};
+    run(s, y + t0 * ldy);
+    t0 = t1;
   }
 }
 
