@@ -123,15 +123,7 @@ class Generation:
         st.cached_tokens = max(0, min(self.model.cache.common_prefix(self.prompt_ids), len(self.prompt_ids) - 1))
         st.finish_reason = "length"
         tic = time.perf_counter()
-        if self.max_tokens == 0:  # the prompt only (as llama.cpp's -n 0): its K/V cached, its time measured
-            try:
-                common = prepare_prompt(self.model, self.prompt_ids)
-                self.model.prefill(self.prompt_ids[common:])
-                st.prompt_time = time.perf_counter() - tic
-            finally:
-                st.peak_memory_gb = peak_memory_gb()
-                st.rss_end_gb = rss_gb()
-            return
+        # max_tokens 0 runs the prompt only (as llama.cpp's -n 0): generate_step prefills, then yields nothing
         steps = generate_step(self.model, self.prompt_ids, Sampler(self.params), self.max_tokens)
         try:
             for tok in steps:
@@ -152,6 +144,8 @@ class Generation:
                 if stops.stopped:
                     st.finish_reason = "stop"
                     break
+            if not self.tokens:  # max_tokens 0: the prompt's time is the whole run
+                st.prompt_time = time.perf_counter() - tic
             if st.finish_reason == "length" and len(self.tokens) < self.max_tokens:
                 st.context_full = True
             if not stops.stopped:  # emit what the decoder and the stop matcher still hold

@@ -1,7 +1,7 @@
 // AMX-INT8 GEMM of every code width (N >= kAmxMinTokens = 8 tokens; groups a multiple of 32, those below 256 from
-// 12 tokens, in slices of <= 32): the AVX-512 panel GEMM (gemm_panel_avx512.inc) with its token loop on the tile unit. Compiled
-// with AMX target flags; dispatch uses it only where CPUID reports AMX-TILE + AMX-INT8 + GFNI and the kernel
-// granted this process the tile state.
+// 12 tokens, in slices of <= 32): the AVX-512 panel GEMM (gemm_panel_avx512.inc) with its token loop on the tile
+// unit. Compiled with AMX target flags; dispatch uses it only where CPUID reports AMX-TILE + AMX-INT8 + GFNI and
+// the kernel granted this process the tile state.
 //
 // The panel of a 64-row block and K slice, panel[step s][tile t][64] (rows 16t..16t+15 x k 4s..4s+3), is
 // already the B operand of TDPBSUD: 16 consecutive steps of tile t are a B tile (16 rows of 64 bytes, stride

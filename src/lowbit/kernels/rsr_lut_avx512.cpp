@@ -24,7 +24,7 @@ namespace {
 
 constexpr int64_t kLutLaneSpan = 32767 / 508;  // int16 adds of raw table entries before a lane must widen
 
-// the four lookups of the words of v (32 int16 lanes), indices from `index` (the shifted words), into a[0..3]
+// the four lookups of the words of v (32 int16 lanes), shifted by 0, 4, 8 and 12, into T; added to a[0..3]
 template <bool FLAG>
 [[gnu::always_inline]] inline void lookup4(__m512i v, __m512i T, __m512i flag, __m512i* a) {
   const __m512i x[4] = {v, _mm512_srli_epi16(v, 4), _mm512_srli_epi16(v, 8), _mm512_srli_epi16(v, 12)};
@@ -71,7 +71,8 @@ void tile_binary(const uint8_t* wt, const int16_t* tab, int64_t K4, const LutPla
     if (c < c1)  // a last lone chunk: the upper half's codes 0 look up entry 16, 0
       lookup4<true>(_mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(wt + c * 32))),
                     _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(tab + c * 16))), flag, a);
-    for (int s = 0; s < 4; ++s) acc[s] = _mm512_add_epi32(acc[s], widen(a[s], p.shift[0], p.neg[0], p.shift[0], p.neg[0]));
+    for (int s = 0; s < 4; ++s)
+      acc[s] = _mm512_add_epi32(acc[s], widen(a[s], p.shift[0], p.neg[0], p.shift[0], p.neg[0]));
   }
   store_rows(acc, out);
 }
