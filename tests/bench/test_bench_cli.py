@@ -189,3 +189,20 @@ def test_rsr_bad_arguments(capsys):
     assert "--parts" in capsys.readouterr().err
     assert main(["bench", "rsr", "--max-n", "17"]) == 1
     assert "max-n" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, used", [([], "int4"), (["--format", "int2"], "int2")])
+def test_e2e_real_model_takes_the_run_default_format(monkeypatch, tmp_path, given, used):
+    # a GGUF / HF source is converted as `lowbit run` converts it (int4), not to --shape's ternary default, which
+    # would time a model the conversion destroys (SmolLM2-135M: perplexity 1e8) as if it were the default model
+    import lowbit.api
+
+    seen = {}
+
+    def fake_load(path, format, **kw):
+        seen["format"] = format
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(lowbit.api, "load", fake_load)
+    assert main(["bench", "e2e", "-m", str(tmp_path / "m.gguf"), "-r", "1"] + given) != 0  # "lowbit: error: stop here"
+    assert seen["format"] == used

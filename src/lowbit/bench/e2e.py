@@ -16,6 +16,7 @@ import lowbit
 from lowbit.bench import bandwidth, memory, print_json, roof
 from lowbit.bench.gemv import random_weight
 from lowbit.bench.shapes import MODEL_SHAPES
+from lowbit.cli._common import DEFAULT_FORMAT
 from lowbit.formats import PackedWeight
 from lowbit.model.kv_cache import KV_TYPES
 
@@ -219,7 +220,9 @@ def add_parser(bsub) -> None:
     src = e.add_mutually_exclusive_group()
     src.add_argument("-m", "--model", help="model dir, HF folder or GGUF")
     src.add_argument("--shape", choices=sorted(MODEL_SHAPES), help="a model shape with random weights")
-    e.add_argument("--format", default="ternary", help="weight format of the decoder linears (default ternary)")
+    e.add_argument("--format", default=None,
+                   help="weight format of the decoder linears (default: ternary for --shape; for a GGUF / HF source, "
+                        f"what `lowbit run` converts it to, {DEFAULT_FORMAT})")
     e.add_argument("--lm-head-format", default=None,
                    help="format of lm_head (default: lowbit convert's, see `lowbit convert --help`); with -m, the "
                         "conversion setting of a GGUF / HF source")
@@ -243,15 +246,16 @@ def main(args) -> int:
         from lowbit.io.convert import LM_HEAD_FORMAT
 
         head = args.lm_head_format or LM_HEAD_FORMAT
-        model, _ = shape_model(args.shape, args.format, head, args.layers,
-                               max_context=args.prompt_tokens + args.gen_tokens + 8)
+        fmt = args.format or "ternary"
+        model, _ = shape_model(args.shape, fmt, head, args.layers, max_context=args.prompt_tokens + args.gen_tokens + 8)
         if args.kv_cache:
             model.set_kv_cache(args.kv_cache)
-        label = f"{args.shape} ({args.format}, lm_head {head}, random weights"
+        label = f"{args.shape} ({fmt}, lm_head {head}, random weights"
         label += f", {args.layers} layers)" if args.layers else ")"
     else:
         from lowbit.api import load
-        llm = load(args.model or _default_model(), format=args.format, lm_head_format=args.lm_head_format,
+        # a real checkpoint in the format `lowbit run` gives it: ternary would time a model it destroys
+        llm = load(args.model or _default_model(), format=args.format or DEFAULT_FORMAT, lm_head_format=args.lm_head_format,
                    kv_cache=args.kv_cache)  # (set after load, the warm-up's native step would be built twice)
         model = llm.model
         label = str(args.model or "default model")
