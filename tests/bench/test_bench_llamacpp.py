@@ -3,6 +3,7 @@ stand-in executables: CI has no llama.cpp) and, when $LLAMACPP_BIN holds the rea
 import json
 import os
 import pathlib
+import re
 import stat
 import sys
 
@@ -81,11 +82,39 @@ def test_run_alternates_both_sides(tools, tmp_path, capsys):
     assert pathlib.Path(res["ggufs"]["Q4_0"]).name.endswith("-Q4_0-q8_0.gguf")
 
 
+def test_run_on_a_given_gguf(tools, tmp_path, capsys):
+    # -m: llama.cpp reads the file as it is; lowbit converts it as the blocks' type maps (F16 -> the default int4)
+    # and keeps the lm_head that reads the output matrix's bytes where one does (F16: none, convert's default)
+    gguf = llamacpp.write_ternary_gguf(tmp_path / "given.gguf", "tiny", layers=1)
+    assert llamacpp.gguf_types(gguf) == ("F16", "F16")
+    rc = main(["bench", "llamacpp", "--llama-bench", str(tools), "-m", str(gguf), "-t", "1", "-p", "8", "-n", "4",
+               "-r", "1", "--rounds", "1", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["model"] == str(gguf) and res["output_type"] == "F16" and res["lm_head_format"] is None
+    rows = {r["side"]: r for r in res["rows"]}
+    assert rows["lowbit"]["type"] == "F16 (file)" and rows["lowbit"]["lowbit_format"] == "int4"
+    assert rows["llama.cpp"]["pp_tps"] == 100.0 and rows["lowbit"]["tg_tps"] > 0
+    assert main(["bench", "llamacpp", "--llama-bench", str(tools), "-m", str(gguf), "--format", "int8", "-t", "1",
+                 "-p", "8", "-n", "4", "-r", "1", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "given.gguf" in out and re.search(r"F16 \(file\)\s+1\s+lowbit\s+int8\s", out)
+
+
+def test_default_model_types():
+    from lowbit.cli._common import default_model
+
+    # SmolLM2-135M-Instruct's GGUF: Q4_1 blocks, a tied Q8_0 embedding as the output (lowbit's int8 lm_head bytes)
+    block, head = llamacpp.gguf_types(default_model())
+    assert (block, head) == ("Q4_1", "Q8_0") and llamacpp.HEAD_FORMAT[head] == "int8"
+
+
 def test_bad_input_named(tools, tmp_path):
     with pytest.raises(FileNotFoundError, match="llama-bench"):
         llamacpp.run(tmp_path / "nope" / "llama-bench")
     with pytest.raises(ValueError, match="Q3_K"):
         llamacpp.run(tools, types=("Q3_K",))
+    with pytest.raises(FileNotFoundError, match="no such GGUF"):
+        llamacpp.run(tools, model=tmp_path / "missing.gguf")
     with pytest.raises(ValueError, match="shape"):
         llamacpp.shape_config("no-such-shape")
     broken = _exe(tmp_path / "broken-bench", "import sys; sys.exit('no model')")

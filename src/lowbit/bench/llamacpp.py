@@ -25,6 +25,26 @@ from lowbit.bench import print_json
 
 LOWBIT_FORMAT = {"TQ2_0": "ternary", "TQ1_0": "tq1", "Q4_0": "int4", "Q4_1": "int4", "Q8_0": "int8"}
 OUTPUT_TYPE = {"int8": "q8_0", "int4": "q4_1"}  # llama-quantize --output-tensor-type per lowbit lm_head format
+# A given GGUF's output matrix (or the tied embedding) -> the lowbit lm_head format that reads as many bytes
+HEAD_FORMAT = {"Q8_0": "int8", "Q4_0": "int4", "Q4_1": "int4"}
+
+
+def gguf_types(path) -> tuple[str, str]:
+    """(the type holding most of the decoder blocks' weights, the output matrix's type, or the embedding's when
+    tied) of a GGUF, as llama.cpp names them (e.g. "Q4_1", "Q8_0")."""
+    from collections import Counter
+
+    from lowbit.io.gguf_file import GGUFFile
+
+    f = GGUFFile(path)
+    blocks, by_name = Counter(), {t.name: t for t in f.tensors}
+    for t in f.tensors:
+        if t.name.startswith("blk.") and len(t.shape) == 2:
+            blocks[t.tensor_type.name] += int(t.n_elements)
+    if not blocks:
+        raise ValueError(f"{path}: no decoder block matrices (blk.*) in this GGUF")
+    head = by_name.get("output.weight") or by_name.get("token_embd.weight")
+    return blocks.most_common(1)[0][0], head.tensor_type.name if head is not None else "?"
 
 
 class _TernaryValues:
@@ -115,35 +135,61 @@ def lowbit_bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repea
 
 
 def run(llama_bench_exe, llama_quantize=None, shape: str = "bitnet-0.7b", layers: int | None = None,
-        types=("TQ2_0", "Q4_0"), threads=(1, 2), lm_head_format: str = "int8", prompt_tokens: int = 128,
-        gen_tokens: int = 64, repeats: int = 3, rounds: int = 2, workdir=None, log=print) -> dict:
+        types=("TQ2_0", "Q4_0"), threads=(1, 2), lm_head_format: str | None = "int8", prompt_tokens: int = 128,
+        gen_tokens: int = 64, repeats: int = 3, rounds: int = 2, workdir=None, log=print, model=None,
+        fmt: str | None = None) -> dict:
     """Every (type, threads) timed `rounds` times on each side, lowbit and llama-bench alternating; rows hold
-    the mean of the rounds' means (and every round's figures)."""
+    the mean of the rounds' means (and every round's figures).
+
+    model: a GGUF to run as it is instead (shape, layers, types and the quantizer unused): llama.cpp reads the file,
+    lowbit converts it (cached) to `fmt` (default: LOWBIT_FORMAT of the blocks' type, else int4) with its lm_head
+    in `lm_head_format` (default: the format reading the bytes of the file's output matrix, HEAD_FORMAT, else
+    lowbit convert's default)."""
     import lowbit
     from lowbit.api import cache_root, load
 
     exe = pathlib.Path(llama_bench_exe)
-    quant = pathlib.Path(llama_quantize) if llama_quantize else exe.with_name("llama-quantize")
-    for tool in (exe, quant):
-        if not tool.is_file():
-            raise FileNotFoundError(f"{tool}: no such file (build it with scripts/llamacpp.sh)")
-    for t in types:
-        if t not in LOWBIT_FORMAT:
-            raise ValueError(f"unsupported llama.cpp type {t!r}; choose from {', '.join(LOWBIT_FORMAT)}")
-    if lm_head_format not in OUTPUT_TYPE:
-        raise ValueError(f"lm_head format {lm_head_format!r}: choose one of {', '.join(OUTPUT_TYPE)}")
+    if not exe.is_file():
+        raise FileNotFoundError(f"{exe}: no such file (build it with scripts/llamacpp.sh)")
     if any(t < 1 for t in threads) or rounds < 1 or repeats < 1:
         raise ValueError("threads, rounds and repeats must be >= 1")
-    workdir = pathlib.Path(workdir) if workdir else cache_root() / "llamacpp-bench"
-    f16 = workdir / f"{shape}{f'-{layers}l' if layers else ''}-ternary-f16.gguf"
-    log(f"writing {f16} (once)")
-    write_ternary_gguf(f16, shape, layers)
-    models, ggufs = {}, {}
-    for t in types:
-        ggufs[t] = quantize_gguf(quant, f16, t, lm_head_format)
-        log(f"lowbit: loading {ggufs[t].name} as {LOWBIT_FORMAT[t]} (lm_head {lm_head_format})")
-        models[t] = load(ggufs[t], format=LOWBIT_FORMAT[t], lm_head_format=lm_head_format, progress=False,
-                         max_context=prompt_tokens + gen_tokens + 8).model
+    models, ggufs, formats = {}, {}, {}
+    if model is not None:
+        path = pathlib.Path(model)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such GGUF file")
+        block_type, head_type = gguf_types(path)
+        label = f"{block_type} (file)"
+        types = (label,)
+        ggufs[label] = path
+        formats[label] = fmt or LOWBIT_FORMAT.get(block_type, "int4")
+        lm_head_format = lm_head_format or HEAD_FORMAT.get(head_type)
+        log(f"lowbit: loading {path.name} (blocks {block_type}, output {head_type}) as {formats[label]} "
+            f"(lm_head {lm_head_format or 'convert default'})")
+        models[label] = load(path, format=formats[label], lm_head_format=lm_head_format, progress=False,
+                             max_context=prompt_tokens + gen_tokens + 8).model
+        output_type = head_type
+    else:
+        quant = pathlib.Path(llama_quantize) if llama_quantize else exe.with_name("llama-quantize")
+        if not quant.is_file():
+            raise FileNotFoundError(f"{quant}: no such file (build it with scripts/llamacpp.sh)")
+        for t in types:
+            if t not in LOWBIT_FORMAT:
+                raise ValueError(f"unsupported llama.cpp type {t!r}; choose from {', '.join(LOWBIT_FORMAT)}")
+        lm_head_format = lm_head_format or "int8"
+        if lm_head_format not in OUTPUT_TYPE:
+            raise ValueError(f"lm_head format {lm_head_format!r}: choose one of {', '.join(OUTPUT_TYPE)}")
+        output_type = OUTPUT_TYPE[lm_head_format]
+        workdir = pathlib.Path(workdir) if workdir else cache_root() / "llamacpp-bench"
+        f16 = workdir / f"{shape}{f'-{layers}l' if layers else ''}-ternary-f16.gguf"
+        log(f"writing {f16} (once)")
+        write_ternary_gguf(f16, shape, layers)
+        for t in types:
+            ggufs[t] = quantize_gguf(quant, f16, t, lm_head_format)
+            formats[t] = LOWBIT_FORMAT[t]
+            log(f"lowbit: loading {ggufs[t].name} as {formats[t]} (lm_head {lm_head_format})")
+            models[t] = load(ggufs[t], format=formats[t], lm_head_format=lm_head_format, progress=False,
+                             max_context=prompt_tokens + gen_tokens + 8).model
     samples: dict[tuple, dict[str, list]] = {}
     for rnd in range(rounds):
         for t in types:
@@ -161,28 +207,32 @@ def run(llama_bench_exe, llama_quantize=None, shape: str = "bitnet-0.7b", layers
     rows = []
     for (t, n, side), s in samples.items():
         rows.append({"type": t, "threads": n, "side": side,
-                     "lowbit_format": LOWBIT_FORMAT[t] if side == "lowbit" else t,
+                     "lowbit_format": formats[t] if side == "lowbit" else t,
                      "pp_tps": float(np.mean(s["pp"])), "tg_tps": float(np.mean(s["tg"])),
                      "pp_rounds": s["pp"], "tg_rounds": s["tg"]})
-    return {"shape": shape, "layers": layers, "lm_head_format": lm_head_format,
-            "output_type": OUTPUT_TYPE[lm_head_format], "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens,
+    return {"shape": shape, "layers": layers, "model": str(model) if model is not None else None,
+            "lm_head_format": lm_head_format, "output_type": output_type,
+            "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens,
             "repeats": repeats, "rounds": rounds, "isa": lowbit.cpu_info()["isa"],
             "ggufs": {t: str(p) for t, p in ggufs.items()}, "rows": rows}
 
 
 def print_table(res: dict) -> None:
     p, n = res["prompt_tokens"], res["gen_tokens"]
-    print(f"{res['shape']} ({res['layers'] or 'all'} layers), ternary-valued weights, lm_head {res['lm_head_format']} "
-          f"(llama.cpp {res['output_type']}), ISA {res['isa']}; mean of {res['rounds']} alternating rounds "
-          f"x {res['repeats']} repeats")
-    print(f"{'type':6s} {'threads':>7s}  {'side':9s} {'runs as':8s} {'pp' + str(p):>9s} {'tg' + str(n):>8s}  "
+    what = (f"{pathlib.Path(res['model']).name}" if res.get("model") else
+            f"{res['shape']} ({res['layers'] or 'all'} layers), ternary-valued weights")
+    print(f"{what}, lm_head {res['lm_head_format'] or 'convert default'} (llama.cpp {res['output_type']}), "
+          f"ISA {res['isa']}; mean of {res['rounds']} alternating rounds x {res['repeats']} repeats")
+    w = max(6, *(len(r["type"]) for r in res["rows"]))
+    wf = max(8, *(len(r["lowbit_format"]) for r in res["rows"]))
+    print(f"{'type':{w}s} {'threads':>7s}  {'side':9s} {'runs as':{wf}s} {'pp' + str(p):>9s} {'tg' + str(n):>8s}  "
           f"{'pp ratio':>8s} {'tg ratio':>8s}")
     by = {(r["type"], r["threads"], r["side"]): r for r in res["rows"]}
     for r in res["rows"]:
         other = by.get((r["type"], r["threads"], "llama.cpp"))
         ratio = (f"{r['pp_tps'] / other['pp_tps']:8.2f} {r['tg_tps'] / other['tg_tps']:8.2f}"
                  if r["side"] == "lowbit" and other else "")
-        print(f"{r['type']:6s} {r['threads']:7d}  {r['side']:9s} {r['lowbit_format']:8s} {r['pp_tps']:9.1f} "
+        print(f"{r['type']:{w}s} {r['threads']:7d}  {r['side']:9s} {r['lowbit_format']:{wf}s} {r['pp_tps']:9.1f} "
               f"{r['tg_tps']:8.1f}  {ratio}")
     print("ratio: lowbit / llama.cpp (tok/s). llama-bench's tg starts from an empty context, lowbit's after the prompt.")
 
@@ -191,14 +241,22 @@ def add_parser(bsub) -> None:
     p = bsub.add_parser("llamacpp", help="lowbit beside llama-bench on the same GGUF (TQ2_0, Q4_0), alternating",
                         description=__doc__.split("\n\n")[0] + " Needs llama.cpp's tools: bash scripts/llamacpp.sh.")
     p.add_argument("--llama-bench", required=True, metavar="PATH", help="the llama-bench executable")
+    p.add_argument("-m", "--model", default=None, metavar="GGUF",
+                   help="a GGUF to run as it is (e.g. the default model's); else a --shape model written and quantized "
+                        "to each of --types")
+    p.add_argument("--format", default=None,
+                   help="with -m: lowbit's weight format (default: the file's type's, TQ2_0 -> ternary, Q4_0/Q4_1 -> "
+                        "int4, Q8_0 -> int8; else int4)")
     p.add_argument("--llama-quantize", default=None, metavar="PATH",
                    help="the llama-quantize executable (default: beside llama-bench)")
     p.add_argument("--shape", default="bitnet-0.7b", help="model shape (lowbit.bench.shapes; default bitnet-0.7b)")
     p.add_argument("--layers", type=int, default=None, help="override the shape's number of layers")
     p.add_argument("--types", default="TQ2_0,Q4_0", help="llama.cpp types, comma-separated (default TQ2_0,Q4_0)")
     p.add_argument("-t", "--threads", default="1,2", help="thread counts, comma-separated (default 1,2)")
-    p.add_argument("--lm-head-format", default="int8", choices=sorted(OUTPUT_TYPE),
-                   help="lowbit lm_head format; llama.cpp's output.weight gets the matching type (default int8: Q8_0)")
+    p.add_argument("--lm-head-format", default=None, metavar="FMT",
+                   help="lowbit lm_head format; llama.cpp's output.weight gets the matching type (int8: Q8_0, the "
+                        "default; int4: Q4_1); with -m: the one reading the file's output bytes (Q8_0 -> int8, Q4_x -> "
+                        "int4), else lowbit convert's")
     p.add_argument("-p", "--prompt-tokens", type=int, default=128, help="prompt length (default 128)")
     p.add_argument("-n", "--gen-tokens", type=int, default=64, help="generated tokens (default 64)")
     p.add_argument("-r", "--repeats", type=int, default=3, help="repeats per side and round (default 3)")
@@ -213,7 +271,7 @@ def main(args) -> int:
     types = tuple(x.strip() for x in args.types.split(",") if x.strip())
     res = run(args.llama_bench, args.llama_quantize, args.shape, args.layers, types, threads, args.lm_head_format,
               args.prompt_tokens, args.gen_tokens, args.repeats, args.rounds, args.workdir,
-              log=lambda s: print(s, file=sys.stderr, flush=True))
+              log=lambda s: print(s, file=sys.stderr, flush=True), model=args.model, fmt=args.format)
     if args.json:
         print_json(res)
     else:
