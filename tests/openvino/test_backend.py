@@ -151,3 +151,16 @@ def test_overwrite_replaces_only_an_export(hf_dir, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert (export(hf_dir, empty, weights="f32", max_seq_len=16, progress=False) / MANIFEST).is_file()
+
+
+def test_cache_entry_that_is_not_an_export_is_rebuilt(hf_dir):
+    """A cache folder left without a manifest is lowbit's own: load() rebuilds it (export refuses other folders)."""
+    from lowbit.api import cache_dir_for
+    from lowbit.openvino.export import DEFAULT_CHUNK_LAYERS
+
+    out = cache_dir_for(hf_dir, format="openvino-f32", group_size=None, max_seq_len=24,
+                        chunk_layers=DEFAULT_CHUNK_LAYERS)
+    out.mkdir(parents=True)
+    (out / "leftover.bin").write_bytes(b"x")
+    llm = lowbit.load(hf_dir, backend="openvino", format="f32", max_context=24, progress=False)
+    assert llm.path == out and (out / MANIFEST).is_file() and not (out / "leftover.bin").exists()
