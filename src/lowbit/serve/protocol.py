@@ -167,17 +167,18 @@ def parse_job(kind: str, body, tokenizer, limits: Limits, model_id: str) -> Job:
     max_tokens = _number(body, mt_name, min(limits.default_max_tokens, limits.max_tokens), 1, limits.max_tokens,
                          integer=True)
     max_tokens = min(max_tokens, limits.max_context - len(ids))  # the context ends generation otherwise
+    seed = _number(body, "seed", None, -(1 << 63), (1 << 63) - 1, integer=True)
+    if seed is not None and seed < 0:
+        seed &= (1 << 64) - 1  # numpy seeds are non-negative
     try:
         params = SamplingParams(temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
                                 top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
                                 top_k=_number(body, "top_k", 0, 0, 1 << 20, integer=True),
                                 min_p=_number(body, "min_p", 0.0, 0.0, 0.999),
                                 repetition_penalty=_number(body, "repetition_penalty", 1.0, 0.0, 10.0, lo_open=True),
-                                seed=_number(body, "seed", None, -(1 << 63), (1 << 63) - 1, integer=True))
+                                seed=seed)
     except ValueError as e:
         raise RequestError(str(e)) from None
-    if params.seed is not None and params.seed < 0:
-        params.seed &= (1 << 64) - 1  # numpy seeds are non-negative
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError("'stream' must be true or false", "stream")
