@@ -17,6 +17,7 @@ MAX_STOPS = 4  # as OpenAI
 UNSUPPORTED = {  # fields whose non-default value we cannot honour -> 400 rather than a silently different answer
     "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
     "suffix": (None, ""), "tools": (None, []), "functions": (None, []), "logit_bias": (None, {}),
+    "presence_penalty": (None, 0), "frequency_penalty": (None, 0), "response_format": (None, {"type": "text"}),
 }
 
 
@@ -185,7 +186,9 @@ def parse_job(kind: str, body, tokenizer, limits: Limits, model_id: str) -> Job:
     so = body.get("stream_options")
     if so is not None and not isinstance(so, dict):
         raise RequestError("'stream_options' must be an object", "stream_options")
-    include_usage = bool((so or {}).get("include_usage", False))
+    include_usage = (so or {}).get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise RequestError("'stream_options.include_usage' must be true or false", "stream_options")
     return Job(kind, ids, int(max_tokens), params, _stops(body), stream, include_usage, model_id)
 
 
