@@ -121,6 +121,25 @@ def test_perplexity_bad_text_file(tiny_dir, tmp_path, capsys):
     assert rc == 1 and "too short" in err
 
 
+def test_perplexity_bad_numbers(tiny_dir, tmp_path, capsys):
+    import lowbit
+    from lowbit.perplexity import perplexity
+
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 30)
+    # --ctx 0 said "max_context must be >= 1"; --max-tokens -5 said "the text is too short", 0 scored everything
+    for flag, value, want in (("--ctx", "0", "--ctx must be >= 2, got 0"),
+                              ("--max-tokens", "-5", "--max-tokens must be >= 1"),
+                              ("--max-tokens", "0", "--max-tokens must be >= 1")):
+        rc, out, err = run_cli(capsys, "perplexity", "-m", str(tiny_dir), "-f", str(text), flag, value, "-q")
+        assert rc == 1 and want in err and out == ""
+    llm = lowbit.load(tiny_dir)
+    ids = llm.tokenizer.encode("The quick brown fox jumps over the lazy dog.")
+    with pytest.raises(ValueError, match="ctx must be >= 3 when each window starts with BOS"):
+        perplexity(llm.model, ids, ctx=2, bos_id=1)  # was a ZeroDivisionError: no token scored
+    assert perplexity(llm.model, ids, ctx=3, bos_id=1).tokens == len(ids) // 2  # windows of BOS + 2 tokens
+
+
 def test_perplexity_matches_logits(tiny_dir):
     import numpy as np
 
