@@ -33,6 +33,12 @@ def test_run_no_chat_seeded(tiny_dir, capsys):
     assert a[0] == 0 and a[1] == b[1] and a[2] == ""
 
 
+def test_run_system_needs_chat(tiny_dir, capsys):
+    # --system with --no-chat was dropped without a word (the reply was the one without it)
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "--system", "Be brief.", "-p", "fox")
+    assert rc == 1 and "--system needs the chat template" in err and out == ""
+
+
 def test_run_prompt_too_long(tiny_dir, capsys):
     rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--max-context", "16", "--no-chat",
                            "-p", "The quick brown fox jumps over the lazy dog " * 4)
