@@ -186,6 +186,16 @@ def test_limits_and_survival(client, server):
     long_prompt = "The quick brown fox jumps over the lazy dog. " * 40  # > 256 tokens of context
     r = client.post("/v1/completions", json={"prompt": long_prompt})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    # an explicit max_tokens past what the context leaves was cut short silently (finish_reason "length")
+    prompt = "The quick brown fox jumps over the lazy dog. " * 10
+    n = len(server.llm.tokenizer.encode(prompt))
+    r = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 256 - n + 1})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert f"ask for at most {256 - n}" in r.json()["error"]["message"]
+    r = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 256 - n, "temperature": 0})
+    assert r.status_code == 200, r.text
+    r = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 2, "temperature": 0})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == n
     assert client.get("/v1/completions").status_code == 405
     r = client.post("/v1/completions", content=b"x" * (5 << 20))
     assert r.status_code == 413

@@ -167,7 +167,12 @@ def parse_job(kind: str, body, tokenizer, limits: Limits, model_id: str) -> Job:
                            code="context_length_exceeded")
     max_tokens = _number(body, mt_name, min(limits.default_max_tokens, limits.max_tokens), 1, limits.max_tokens,
                          integer=True)
-    max_tokens = min(max_tokens, limits.max_context - len(ids))  # the context ends generation otherwise
+    room = limits.max_context - len(ids)
+    if body.get(mt_name) is not None and max_tokens > room:  # asked for: refused as OpenAI does, not cut short
+        raise RequestError(f"the prompt has {len(ids)} tokens and '{mt_name}' asks for {max_tokens} more, but this "
+                           f"server's context holds {limits.max_context}; ask for at most {room} or shorten the "
+                           "prompt", mt_name, code="context_length_exceeded")
+    max_tokens = min(max_tokens, room)  # the default: cut to what the context leaves
     seed = _number(body, "seed", None, -(1 << 63), (1 << 63) - 1, integer=True)
     if seed is not None and seed < 0:
         seed &= (1 << 64) - 1  # numpy seeds are non-negative
