@@ -193,6 +193,8 @@ class LLM:
         from lowbit.generate.batch import generate_batch
 
         prompts = list(prompts)
+        if max_batch is not None and max_batch < 1:  # 0 silently meant the default
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         if not prompts:
             return []
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,

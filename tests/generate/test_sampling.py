@@ -79,3 +79,19 @@ def test_bad_params():
         SamplingParams(temperature=-1)
     with pytest.raises(ValueError):
         SamplingParams(top_p=0.0)
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=float("nan")), dict(temperature=float("inf")),
+                                dict(top_p=float("nan")), dict(min_p=float("nan")),
+                                dict(repetition_penalty=float("nan")), dict(repetition_penalty=float("inf"))])
+def test_non_finite_params_are_refused(kw):
+    # NaN passed every range check: temperature NaN sampled garbage, repetition_penalty NaN an empty reply
+    with pytest.raises(ValueError, match=f"{next(iter(kw))} must be a finite number"):
+        SamplingParams(**kw)
+
+
+def test_negative_seed_is_refused_by_name():
+    # it reached numpy, whose "expected non-negative integer" named no parameter
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        SamplingParams(temperature=1.0, seed=-1)
+    assert SamplingParams(seed=np.uint32(5)).seed == 5

@@ -248,6 +248,20 @@ def test_cli_convert(tmp_path, hf_src, capsys):
     assert "--format" in helptext and "ternary" in helptext and "--force" in helptext
 
 
+@pytest.mark.parametrize("argv,want", [
+    (["--format", "int2", "--m", "2", "--b", "4"], "--m, --b apply to --format codebook only, not --format int2"),
+    (["--format", "int4", "--ternary-method", "mse"], "--ternary-method applies to --format ternary"),
+    (["--format", "codebook", "--finetune-steps", "50"], "--finetune-steps need --calibration TEXT"),
+])
+def test_cli_convert_refuses_options_it_would_ignore(tmp_path, hf_src, capsys, argv, want):
+    # each of these converted without a word, the option having no effect
+    from lowbit.cli import main
+    src, _ = hf_src
+    out = tmp_path / "out"
+    assert main(["convert", str(src), str(out), "-q", *argv]) == 1
+    assert want in capsys.readouterr().err and not out.exists()
+
+
 def test_cli_offers_every_format(tmp_path, hf_src, capsys):
     # the CLI's choices are convert()'s formats: rsr (README's `lowbit convert --format rsr`) and int6 (the lm_head
     # default, so `--lm-head-format int6` too) were refused by argparse

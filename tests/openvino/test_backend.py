@@ -130,3 +130,37 @@ def test_errors(f32_export, tmp_path):
     model = OpenVINOModel(f32_export, precision="f32")
     with pytest.raises(lowbit.model.ContextOverflowError):
         model.prefill(list(range(65)))
+
+
+def test_overwrite_replaces_only_an_export(hf_dir, tmp_path):
+    """--overwrite used to rename away and delete whatever OUT was (a user's folder, a file, the source itself)."""
+    from lowbit.io.modeldir import OutputExistsError
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    plain = tmp_path / "notes.txt"
+    plain.write_text("keep me too")
+    for out in (folder, plain):
+        with pytest.raises(OutputExistsError, match="not an OpenVINO export"):
+            export(hf_dir, out, weights="f32", max_seq_len=16, overwrite=True, progress=False)
+    assert (folder / "notes.txt").read_text() == "keep me" and plain.read_text() == "keep me too"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder left behind
+    out = export(hf_dir, tmp_path / "ov", weights="f32", max_seq_len=16, progress=False)
+    assert export(hf_dir, out, weights="f32", max_seq_len=16, overwrite=True, progress=False) == out  # an export: ok
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert (export(hf_dir, empty, weights="f32", max_seq_len=16, progress=False) / MANIFEST).is_file()
+
+
+def test_cache_entry_that_is_not_an_export_is_rebuilt(hf_dir):
+    """A cache folder left without a manifest is lowbit's own: load() rebuilds it (export refuses other folders)."""
+    from lowbit.api import cache_dir_for
+    from lowbit.openvino.export import DEFAULT_CHUNK_LAYERS
+
+    out = cache_dir_for(hf_dir, format="openvino-f32", group_size=None, max_seq_len=24,
+                        chunk_layers=DEFAULT_CHUNK_LAYERS)
+    out.mkdir(parents=True)
+    (out / "leftover.bin").write_bytes(b"x")
+    llm = lowbit.load(hf_dir, backend="openvino", format="f32", max_context=24, progress=False)
+    assert llm.path == out and (out / MANIFEST).is_file() and not (out / "leftover.bin").exists()

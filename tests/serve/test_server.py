@@ -145,6 +145,13 @@ def test_concurrent_requests_equal_sequential(server, llm):
     ("/v1/completions", b'{"prompt": "hi", "stop": [1]}', 400, "stop"),
     ("/v1/completions", b'{"prompt": "hi", "stream": "yes"}', 400, "stream"),
     ("/v1/completions", b'{"prompt": "hi", "seed": 1.5}', 400, "seed"),
+    # silently ignored before: the answer was not what the client asked for
+    ("/v1/completions", b'{"prompt": "hi", "presence_penalty": 1.5}', 400, "presence_penalty"),
+    ("/v1/completions", b'{"prompt": "hi", "frequency_penalty": 0.5}', 400, "frequency_penalty"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "response_format": '
+                             b'{"type": "json_object"}}', 400, "response_format"),
+    ("/v1/completions", b'{"prompt": "hi", "stream": true, "stream_options": {"include_usage": "no"}}', 400,
+     "include_usage"),
     ("/v1/chat/completions", b'{"messages": []}', 400, "messages"),
     ("/v1/chat/completions", b'{"messages": [{"role": "wizard", "content": "x"}]}', 400, "role"),
     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": 5}]}', 400, "content"),
@@ -157,6 +164,19 @@ def test_bad_requests(client, path, body, status, needle):
     assert needle in r.json()["error"]["message"]
 
 
+def test_default_openai_values_are_accepted(client):
+    body = {"prompt": "hi", "max_tokens": 2, "presence_penalty": 0, "frequency_penalty": 0.0,
+            "response_format": {"type": "text"}}
+    assert client.post("/v1/completions", json=body).status_code == 200
+
+
+def test_server_limits_checked(llm):
+    with pytest.raises(ValueError, match="default_max_tokens must be >= 1"):
+        Server(llm, port=0, default_max_tokens=0)
+    with pytest.raises(ValueError, match="max_tokens must be >= 1"):
+        Server(llm, port=0, max_tokens=0)
+
+
 def test_deeply_nested_json_is_a_400(client):
     r = client.post("/v1/completions", content=b"[" * 100000 + b"]" * 100000)
     assert r.status_code == 400, r.text[:300]
@@ -166,6 +186,16 @@ def test_limits_and_survival(client, server):
     long_prompt = "The quick brown fox jumps over the lazy dog. " * 40  # > 256 tokens of context
     r = client.post("/v1/completions", json={"prompt": long_prompt})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    # an explicit max_tokens past what the context leaves was cut short silently (finish_reason "length")
+    prompt = "The quick brown fox jumps over the lazy dog. " * 10
+    n = len(server.llm.tokenizer.encode(prompt))
+    r = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 256 - n + 1})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert f"ask for at most {256 - n}" in r.json()["error"]["message"]
+    r = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 256 - n, "temperature": 0})
+    assert r.status_code == 200, r.text
+    r = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 2, "temperature": 0})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == n
     assert client.get("/v1/completions").status_code == 405
     r = client.post("/v1/completions", content=b"x" * (5 << 20))
     assert r.status_code == 413

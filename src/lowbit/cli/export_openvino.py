@@ -50,7 +50,8 @@ def add_parser(subparsers):
     p.add_argument("--weights", choices=weight_types, default="int4", help="weight type (default: int4)")
     p.add_argument("--group-size", "-g", type=int, default=None, metavar="G",
                    help="input channels per scale for integer weights (a multiple of 32; default: the format's)")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace OUT if it is an earlier export (any other existing file or folder is refused)")
     p.add_argument("--no-compile", action="store_true",
                    help="do not compile the chunks on --device after export (compiling fills OUT/cache)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

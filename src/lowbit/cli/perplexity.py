@@ -43,6 +43,11 @@ def main(args) -> int:
         raise ValueError(f"{path} is a directory; -f takes a text file")
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
+    least = 4 if args.llamacpp else 2
+    if args.ctx < least:  # before loading (it also sizes the cache: the error named max_context)
+        raise ValueError(f"--ctx must be >= {least}, got {args.ctx}")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     text = path.read_text(encoding="utf-8", errors="replace")
     if args.max_context is None:
         args.max_context = args.ctx

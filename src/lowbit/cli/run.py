@@ -29,7 +29,7 @@ def add_parser(subparsers):
                               description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(p)
     p.add_argument("-p", "--prompt", default=None, help=f"the prompt ('-' reads stdin; default: {DEFAULT_PROMPT!r})")
-    p.add_argument("--system", default=None, help="a system message (chat mode)")
+    p.add_argument("--system", default=None, help="a system message (chat mode; refused with --no-chat)")
     p.add_argument("--no-chat", action="store_true", help="raw completion: no chat template")
     add_runtime_args(p)
     add_sampling_args(p)
@@ -39,6 +39,8 @@ def add_parser(subparsers):
 
 
 def main(args) -> int:
+    if args.no_chat and args.system is not None:  # a raw completion has no place for it: it was dropped
+        raise ValueError("--system needs the chat template; with --no-chat write it into the prompt instead")
     prompt = args.prompt if args.prompt is not None else DEFAULT_PROMPT
     if prompt == "-":
         prompt = sys.stdin.read()

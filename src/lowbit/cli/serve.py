@@ -68,6 +68,10 @@ def main(args) -> int:
         raise ValueError("--max-batch must be >= 1")
     if not 0 <= args.port <= 65535:
         raise ValueError("--port must be in [0, 65535]")
+    for flag, v, lo in (("--max-tokens", args.max_tokens, 1), ("--default-max-tokens", args.default_max_tokens, 1),
+                        ("--max-queue", args.max_queue, 0), ("--prefill-chunk", args.prefill_chunk, 1)):
+        if v is not None and v < lo:  # before the model loads
+            raise ValueError(f"{flag} must be >= {lo}, got {v}")
     llm = load_from_args(args)
     srv = Server(llm, host=args.host, port=args.port, max_batch=args.max_batch, max_context=args.max_context,
                  max_tokens=args.max_tokens, default_max_tokens=args.default_max_tokens, max_queue=args.max_queue,

@@ -51,6 +51,8 @@ class StopMatcher:
     def __init__(self, stops=()):
         if isinstance(stops, str):
             stops = [stops]
+        if not isinstance(stops, (list, tuple, set, type(None))) or not all(isinstance(s, str) for s in stops or ()):
+            raise TypeError(f"stop must be a string or a list of strings, got {stops!r}")
         self.stops = [s for s in (stops or ()) if s]
         self.pending = ""
         self.stopped = False

@@ -108,6 +108,7 @@ class Generation:
             raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
         self.max_tokens = max_tokens
         self.params = params or SamplingParams()
+        StopMatcher(stop)  # a bad stop fails here rather than at the first iteration
         self.stop = stop
         if eos_ids is None:
             eos_ids = set(getattr(tokenizer, "eos_ids", ()) or ()) | model.args.eos_ids

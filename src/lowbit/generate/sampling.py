@@ -5,6 +5,7 @@ Order as in Hugging Face: repetition penalty -> temperature -> top-k -> top-p ->
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,13 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p", "repetition_penalty"):  # NaN passes every comparison below
+            v = getattr(self, name)
+            if not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, got {v}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))
+                                      or self.seed < 0):
+            raise ValueError(f"seed must be a non-negative integer or None (fresh entropy), got {self.seed!r}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 
 import numpy as np
 
@@ -250,6 +251,8 @@ def open_openvino(src, weights: str = "int4", group_size: int | None = None, max
     out = cache_dir_for(p, format=f"openvino-{weights}", group_size=group_size, max_seq_len=max_seq,
                         chunk_layers=layers)
     if not is_openvino_dir(out):
+        if out.exists():  # ours (inside the cache) but not a whole export: rebuilt below
+            shutil.rmtree(out, ignore_errors=True)
         out.parent.mkdir(parents=True, exist_ok=True)
         export(p, out, weights=weights, group_size=group_size, max_seq_len=max_seq, chunk_layers=layers,
                device=device or "CPU", overwrite=True, progress=progress)

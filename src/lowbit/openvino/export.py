@@ -90,10 +90,14 @@ def export(src, out, weights: str = "int4", group_size: int | None = None, max_s
     if max_seq_len < 1:
         raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
     out = pathlib.Path(out).expanduser()
-    if out.exists() and not overwrite:
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):  # an empty dir is fine
         from lowbit.io.modeldir import OutputExistsError
 
-        raise OutputExistsError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
+        if not overwrite:
+            raise OutputExistsError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
+        if not is_openvino_dir(out):  # overwrite replaces an earlier export, never a user's file or folder
+            raise OutputExistsError(f"{out} exists and is not an OpenVINO export (no {MANIFEST}); refusing to "
+                                    "replace it")
     ck = open_checkpoint(src)
     cfg = dict(ck.config)
     names = set(ck.tensor_names())

@@ -17,6 +17,7 @@ MAX_STOPS = 4  # as OpenAI
 UNSUPPORTED = {  # fields whose non-default value we cannot honour -> 400 rather than a silently different answer
     "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
     "suffix": (None, ""), "tools": (None, []), "functions": (None, []), "logit_bias": (None, {}),
+    "presence_penalty": (None, 0), "frequency_penalty": (None, 0), "response_format": (None, {"type": "text"}),
 }
 
 
@@ -166,25 +167,33 @@ def parse_job(kind: str, body, tokenizer, limits: Limits, model_id: str) -> Job:
                            code="context_length_exceeded")
     max_tokens = _number(body, mt_name, min(limits.default_max_tokens, limits.max_tokens), 1, limits.max_tokens,
                          integer=True)
-    max_tokens = min(max_tokens, limits.max_context - len(ids))  # the context ends generation otherwise
+    room = limits.max_context - len(ids)
+    if body.get(mt_name) is not None and max_tokens > room:  # asked for: refused as OpenAI does, not cut short
+        raise RequestError(f"the prompt has {len(ids)} tokens and '{mt_name}' asks for {max_tokens} more, but this "
+                           f"server's context holds {limits.max_context}; ask for at most {room} or shorten the "
+                           "prompt", mt_name, code="context_length_exceeded")
+    max_tokens = min(max_tokens, room)  # the default: cut to what the context leaves
+    seed = _number(body, "seed", None, -(1 << 63), (1 << 63) - 1, integer=True)
+    if seed is not None and seed < 0:
+        seed &= (1 << 64) - 1  # numpy seeds are non-negative
     try:
         params = SamplingParams(temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
                                 top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
                                 top_k=_number(body, "top_k", 0, 0, 1 << 20, integer=True),
                                 min_p=_number(body, "min_p", 0.0, 0.0, 0.999),
                                 repetition_penalty=_number(body, "repetition_penalty", 1.0, 0.0, 10.0, lo_open=True),
-                                seed=_number(body, "seed", None, -(1 << 63), (1 << 63) - 1, integer=True))
+                                seed=seed)
     except ValueError as e:
         raise RequestError(str(e)) from None
-    if params.seed is not None and params.seed < 0:
-        params.seed &= (1 << 64) - 1  # numpy seeds are non-negative
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError("'stream' must be true or false", "stream")
     so = body.get("stream_options")
     if so is not None and not isinstance(so, dict):
         raise RequestError("'stream_options' must be an object", "stream_options")
-    include_usage = bool((so or {}).get("include_usage", False))
+    include_usage = (so or {}).get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise RequestError("'stream_options.include_usage' must be true or false", "stream_options")
     return Job(kind, ids, int(max_tokens), params, _stops(body), stream, include_usage, model_id)
 
 

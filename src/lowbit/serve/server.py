@@ -46,9 +46,11 @@ class Server:
         self.engine = BatchEngine(llm.model, llm.tokenizer, max_batch=max_batch, max_context=max_context,
                                   prefill_chunk=prefill_chunk)
         ctx = self.engine.max_context
-        max_tokens = int(max_tokens or ctx)
-        if max_tokens < 1:
+        if max_tokens is not None and max_tokens < 1:  # 0 meant "the context" before: say so instead
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        max_tokens = int(max_tokens or ctx)
+        if default_max_tokens < 1:  # else a request that does not say got an empty (0) or failed (< 0) completion
+            raise ValueError(f"default_max_tokens must be >= 1, got {default_max_tokens}")
         self.limits = Limits(max_context=ctx, max_tokens=max_tokens, default_max_tokens=default_max_tokens,
                              vocab_size=llm.model.embed.shape[0])
         self.model_id = model_id or model_name(llm)
