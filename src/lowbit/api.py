@@ -31,7 +31,9 @@ from lowbit.memory import peak_rss_gb, reset_peak_rss, rss_gb
 from lowbit.model import Model
 from lowbit.model.kv_cache import kv_dtype
 
-CACHE_VERSION = 3  # bump when converted directories change meaning (2: int4 groups of 32, 3: int8 blocks of 32)
+# bump when converted directories change meaning (2: int4 groups of 32, 3: int8 blocks of 32, 4: GGUF Q4_0 / Q4_1
+# keep their codes and scales in int4)
+CACHE_VERSION = 4
 
 
 def cache_root() -> pathlib.Path:

@@ -7,8 +7,8 @@ prefill (pp) and decode (tg) tokens/s per quantization type and thread count.
 The model is a llama-architecture GGUF of a named shape (default bitnet-0.7b) with ternary-valued random
 weights (one scale per tensor), written once as F16 and quantized by llama-quantize to each type. lowbit
 converts the same quantized file (cached) and runs it in the lowbit format of LOWBIT_FORMAT: TQ2_0 -> ternary
-(lossless: one scale per row, since each row's 256-blocks share it), Q4_0 -> int4 (groups of 32 with scale and
-offset: lossless, 5 bits per weight against Q4_0's 4.5). The output projection is written by llama-quantize
+(lossless: one scale per row, since each row's 256-blocks share it), Q4_0 -> int4 (the file's codes and scales,
+symmetric around code 8: 4.5 bits per weight, as Q4_0). The output projection is written by llama-quantize
 in the type matching lowbit's lm_head format (int8 <-> Q8_0, int4 <-> Q4_1: both 8.5 / 5 bits per weight,
 same bytes per token on both sides).
 """

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.formats.base import check_weight
-from lowbit.formats.intcodes import METHOD_AFFINE, IntCodeWeight, as_source, group_view, quantize_native, resolve_group
+from lowbit.formats.intcodes import (METHOD_AFFINE, IntCodeWeight, as_source, group_view, padded_k, quantize_native,
+                                     resolve_group)
 
 DEFAULT_GROUP = 32  # llama.cpp's Q4_0/Q4_1 block: a Q4_1 GGUF converts to int4 without loss of its grid
 RATIOS = np.linspace(0.5, 1.0, 11)  # clipping ratios fit_affine tries, in order (the first best wins)
@@ -71,13 +72,39 @@ class _AffineGroupWeight(IntCodeWeight):
         return cls.from_codes(codes, a, b, group=group)
 
     @property
-    def zc(self):  # symmetric variants store no offsets
-        return ((1 << self.bits) - 1) / 2.0 if self.offset is None else None
+    def zc(self):  # symmetric variants store no offsets: w = a * (c - zc), zc the middle code unless meta says
+        if self.offset is not None:
+            return None
+        return float(self.meta_extra.get("zero_code", ((1 << self.bits) - 1) / 2.0))
 
 
 class Int4Weight(_AffineGroupWeight):
     format = "int4"
     description = "4-bit, per-group scale and offset (symmetric: scale only)"
+
+    @classmethod
+    def from_gguf_q4(cls, qtype: str, blocks: np.ndarray, m: int, k: int, rows=None, where: str = "GGUF tensor"):
+        """llama.cpp's Q4_1 (w = d * q + m) or Q4_0 (w = d * (q - 8)) blocks of 32 [M * K / 32 blocks] as int4 with
+        the file's own codes and float16 scales, nothing fitted again: Q4_1 with d, m as scale and offset (5 bits a
+        weight), Q4_0 symmetric with zero code 8 (4.5 bits, as the file). rows: optional int64 [M], the source row
+        of output row m (GGUF's Q/K un-permutation)."""
+        head = {"Q4_0": 2, "Q4_1": 4}[qtype]
+        b = np.ascontiguousarray(blocks).view(np.uint8).reshape(m, k // 32, head + 16)
+        if rows is not None:
+            b = b[np.asarray(rows)]
+        d = np.ascontiguousarray(b[..., 0:2]).view(np.float16)[..., 0]
+        off = np.ascontiguousarray(b[..., 2:4]).view(np.float16)[..., 0] if qtype == "Q4_1" else None
+        if not np.isfinite(d).all() or (off is not None and not np.isfinite(off).all()):
+            raise ValueError(f"{where} has NaN or Inf block scales")
+        qs = b[..., head:]
+        codes = np.concatenate([qs & 15, qs >> 4], axis=-1).reshape(m, k)  # x[j] low nibble, x[j + 16] high
+        g = -(-padded_k(k) // 32)
+
+        def padded(x):  # groups past K (Kp > K) meet zero activations: any scale holds them
+            return np.pad(x.astype(np.float32), ((0, 0), (0, g - x.shape[1])))
+        if off is None:
+            return cls.from_codes(codes, padded(d), None, group=32, symmetric=True, zero_code=8.0, source=qtype)
+        return cls.from_codes(codes, padded(d), padded(off), group=32, source=qtype)
     table_values = "16 levels, asymmetric (scale + offset) or symmetric"
     table_scales = "per group of 32"
     bits = 4
