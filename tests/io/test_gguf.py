@@ -69,13 +69,16 @@ def test_float_and_q8_q4(tmp_path):
             np.testing.assert_allclose(got, w, atol=0.1 * np.abs(w).max())
 
 
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1"])
-def test_q4_keeps_its_codes_in_int4(tmp_path, qtype):
-    # a Q4_0 / Q4_1 matrix reaches the converter as int4 with the file's codes and scales (Q/K rows un-permuted):
-    # dequantized, the very floats load() gives; int4 keeps it as it is (Q4_0 symmetric around code 8: 4.5 bits a
-    # weight, as the file), any other format quantizes those floats as before
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
+def test_q4_q8_keep_their_codes(tmp_path, qtype):
+    # a Q4_0 / Q4_1 (Q8_0) matrix reaches the converter as int4 (int8) with the file's codes and scales (Q/K rows
+    # un-permuted): dequantized, the very floats load() gives; int4 (int8) keeps it as it is (Q4_0 symmetric around
+    # code 8: 4.5 bits a weight, as the file), any other format quantizes those floats as before
     from lowbit.formats.int4 import Int4Weight
+    from lowbit.formats.int8 import Int8Weight
     from lowbit.io.convert import convert
+
+    cls, fmt, other = (Int8Weight, "int8", "int4") if qtype == "Q8_0" else (Int4Weight, "int4", "int8")
 
     cfg = tiny_config()
     weights = random_weights(cfg)
@@ -84,22 +87,24 @@ def test_q4_keeps_its_codes_in_int4(tmp_path, qtype):
     ck = open_checkpoint(path)
     for name in types:
         w = ck.load_source(name)
-        assert isinstance(w, Int4Weight) and w.group == 32 and w.meta_extra["source"] == qtype, name
+        assert isinstance(w, cls) and w.group == 32 and w.meta_extra["source"] == qtype, name
         np.testing.assert_array_equal(w.dequantize(), ck.load(name))
-        if qtype == "Q4_0":  # a float16 scale per 32 codes, as the file: 4.5 bits a weight
+        if qtype == "Q8_0":
+            assert w.offset is None and w.zc == 128.0
+        elif qtype == "Q4_0":  # a float16 scale per 32 codes, as the file: 4.5 bits a weight
             assert w.offset is None and w.zc == 8.0 and w.scale.nbytes * 8 == w.codes.nbytes
         else:
             assert w.zc is None and w.offset.nbytes == w.scale.nbytes
     q = "model.layers.0.self_attn.q_proj.weight"
-    out = convert(path, tmp_path / "int4", format="int4", progress=False)
+    out = convert(path, tmp_path / "kept", format=fmt, progress=False)
     got = open_checkpoint(out).load(q)
     src = ck.load_source(q)
-    assert isinstance(got, Int4Weight) and np.array_equal(got.codes, src.codes) and got.zc == src.zc
+    assert isinstance(got, cls) and np.array_equal(got.codes, src.codes) and got.zc == src.zc
     np.testing.assert_array_equal(got.dequantize(), ck.load(q))
-    out8 = convert(path, tmp_path / "int8", format="int8", progress=False)
-    want8 = convert(write_gguf(tmp_path / "f.gguf", cfg, {**weights, q: ck.load(q)}, {}), tmp_path / "f8",
-                    format="int8", progress=False)  # the same floats as F32: the same int8 codes
-    assert np.array_equal(open_checkpoint(out8).load(q).codes, open_checkpoint(want8).load(q).codes)
+    out2 = convert(path, tmp_path / "other", format=other, progress=False)
+    want2 = convert(write_gguf(tmp_path / "f.gguf", cfg, {**weights, q: ck.load(q)}, {}), tmp_path / "f2",
+                    format=other, progress=False)  # the same floats as F32: the same codes
+    assert np.array_equal(open_checkpoint(out2).load(q).codes, open_checkpoint(want2).load(q).codes)
 
 
 @pytest.mark.parametrize("qtype", ["TQ2_0", "TQ1_0"])

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.formats.base import check_weight
-from lowbit.formats.intcodes import METHOD_INT8, IntCodeWeight, as_source, group_view, quantize_native, resolve_group
+from lowbit.formats.intcodes import (METHOD_INT8, IntCodeWeight, as_source, group_view, padded_k, quantize_native,
+                                     resolve_group)
 
 DEFAULT_GROUP = 32  # Q8_0's block
 
@@ -20,6 +21,21 @@ class Int8Weight(IntCodeWeight):
     table_scales = "per block of 32 (or per row)"
     bits = 8
     zc = 128.0
+
+    @classmethod
+    def from_gguf_q8_0(cls, blocks: np.ndarray, m: int, k: int, rows=None, where: str = "GGUF tensor"):
+        """llama.cpp's Q8_0 blocks of 32 (a float16 d, 32 int8 q: w = d * q) as int8 with the file's own codes
+        (c = q + 128) and scales, nothing fitted again. rows: optional int64 [M], the source row of output row m."""
+        b = np.ascontiguousarray(blocks).view(np.uint8).reshape(m, k // 32, 34)
+        if rows is not None:
+            b = b[np.asarray(rows)]
+        d = np.ascontiguousarray(b[..., 0:2]).view(np.float16)[..., 0]
+        if not np.isfinite(d).all():
+            raise ValueError(f"{where} has NaN or Inf block scales")
+        codes = (b[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8).reshape(m, k)
+        g = -(-padded_k(k) // 32)
+        a = np.pad(d.astype(np.float32), ((0, 0), (0, g - d.shape[1])))  # groups past K meet zero activations
+        return cls.from_codes(codes, a, None, group=32, source="Q8_0")
 
     @classmethod
     def quantize(cls, w, group_size: int | None = -1, **options):

@@ -48,7 +48,7 @@ HF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "bitnet": "BitNetForCausalLM", 
                     "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM"}
 # tensors read into the config rather than the weights
 CONFIG_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight", "rope_freqs.weight")
-Q4_TYPES = ("Q4_0", "Q4_1")  # load_source keeps their codes (Int4Weight.from_gguf_q4)
+CODE_TYPES = ("Q4_0", "Q4_1", "Q8_0")  # load_source keeps their codes (Int4Weight.from_gguf_q4, Int8Weight's)
 TERNARY_TYPES = ("TQ1_0", "TQ2_0")  # an optional blk.N.<name>.scale (one float) multiplies the weight
 QK_K = 256
 
@@ -257,20 +257,23 @@ class GGUFCheckpoint(Checkpoint):
 
     def load_source(self, name: str):
         """F32/F16/BF16 matrices as SourceRows over the mmapped data (Q/K un-permuted by a row index); Q4_0 / Q4_1
-        matrices as Int4Weight with the file's codes and scales (int4 keeps them exactly, other formats dequantize
-        them to the values load() gives)."""
+        / Q8_0 matrices as Int4Weight / Int8Weight with the file's codes and scales (int4 / int8 keep them exactly,
+        other formats dequantize them to the values load() gives)."""
         from lowbit.formats.base import SourceRows
 
         t = self.tensors.get(name)
-        if t is not None and t.tensor_type.name in Q4_TYPES and name not in self.parts and name not in self.scales:
+        if t is not None and t.tensor_type.name in CODE_TYPES and name not in self.parts and name not in self.scales:
             shape = expected_shape(self.config, name)
             if len(shape) == 2 and shape[1] % 32 == 0:
                 from lowbit.formats.int4 import Int4Weight
+                from lowbit.formats.int8 import Int8Weight
 
                 n_head = self._n_head(name)
                 rows = unpermute_rows(np.arange(shape[0]), n_head) if n_head else None
-                return Int4Weight.from_gguf_q4(t.tensor_type.name, t.data, *shape, rows,
-                                               where=f"{self.path}: tensor {t.name!r}")
+                where = f"{self.path}: tensor {t.name!r}"
+                if t.tensor_type.name == "Q8_0":
+                    return Int8Weight.from_gguf_q8_0(t.data, *shape, rows, where=where)
+                return Int4Weight.from_gguf_q4(t.tensor_type.name, t.data, *shape, rows, where=where)
         kind = {"F32": "f32", "F16": "f16", "BF16": "bf16"}.get(t.tensor_type.name) if t is not None else None
         shape = expected_shape(self.config, name) if kind else ()
         if (kind is None or len(shape) != 2 or name in self.parts or name in self.scales
