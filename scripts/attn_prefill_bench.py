@@ -11,7 +11,6 @@ import numpy as np
 import lowbit
 from lowbit import _native
 
-from lowbit import _native
 lowbit.set_threads(int(sys.argv[1]))
 heads, kv, hd, R = [int(v) for v in sys.argv[2].split(",")]  # e.g. 16,16,96,128
 rng = np.random.default_rng(0)
