@@ -200,9 +200,12 @@ def test_e2e_real_model_takes_the_run_default_format(monkeypatch, tmp_path, give
     seen = {}
 
     def fake_load(path, format, **kw):
-        seen["format"] = format
+        seen["format"], seen["path"] = format, path
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(lowbit.api, "load", fake_load)
     assert main(["bench", "e2e", "-m", str(tmp_path / "m.gguf"), "-r", "1"] + given) != 0  # "lowbit: error: stop here"
     assert seen["format"] == used
+    seen.clear()  # no -m and no --shape: the default model (this called a function api.py does not have)
+    assert main(["bench", "e2e", "-r", "1"] + given) != 0
+    assert seen["format"] == used and seen["path"].name == "SmolLM2-135M-Instruct.Q4_1.gguf"

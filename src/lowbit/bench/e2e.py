@@ -16,7 +16,7 @@ import lowbit
 from lowbit.bench import bandwidth, memory, print_json, roof
 from lowbit.bench.gemv import random_weight
 from lowbit.bench.shapes import MODEL_SHAPES
-from lowbit.cli._common import DEFAULT_FORMAT
+from lowbit.cli._common import DEFAULT_FORMAT, default_model
 from lowbit.formats import PackedWeight
 from lowbit.model.kv_cache import KV_TYPES
 
@@ -255,7 +255,7 @@ def main(args) -> int:
     else:
         from lowbit.api import load
         # a real checkpoint in the format `lowbit run` gives it: ternary would time a model it destroys
-        llm = load(args.model or _default_model(), format=args.format or DEFAULT_FORMAT, lm_head_format=args.lm_head_format,
+        llm = load(args.model or default_model(), format=args.format or DEFAULT_FORMAT, lm_head_format=args.lm_head_format,
                    kv_cache=args.kv_cache)  # (set after load, the warm-up's native step would be built twice)
         model = llm.model
         label = str(args.model or "default model")
@@ -279,7 +279,3 @@ def main(args) -> int:
             print(format_rates(res["profile"]["decode_rates"]))
     return 0
 
-
-def _default_model():
-    from lowbit.api import default_model_path
-    return default_model_path()
