@@ -7,7 +7,6 @@ model shape with random weights, against the roofline (bytes read per token / me
 from __future__ import annotations
 
 import resource
-import sys
 import time
 
 import numpy as np
