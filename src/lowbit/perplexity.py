@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lowbit.model.layers import token_ids
+
 
 @dataclass
 class PerplexityResult:
@@ -50,7 +52,7 @@ def perplexity(model, ids, ctx: int = 512, max_tokens: int | None = None, bos_id
     bos_id: prepended to each window (not scored) when given. max_tokens: stop after scoring about this
     many. progress: a callable(done_tokens, total_tokens) or None.
     """
-    ids = [int(i) for i in ids]
+    ids = token_ids(ids, model.args.vocab_size).tolist()
     if ctx < 2:
         raise ValueError(f"ctx must be >= 2, got {ctx}")
     if bos_id is not None and ctx < 3:  # BOS + one token scores nothing
@@ -85,7 +87,7 @@ def perplexity(model, ids, ctx: int = 512, max_tokens: int | None = None, bos_id
 
 def perplexity_llamacpp(model, ids, ctx: int = 512, bos_id: int | None = None, progress=None) -> PerplexityResult:
     """Perplexity as llama.cpp's llama-perplexity computes it (see the module docstring); ids without BOS."""
-    ids = ([bos_id] if bos_id is not None else []) + [int(i) for i in ids]
+    ids = ([bos_id] if bos_id is not None else []) + token_ids(ids, model.args.vocab_size).tolist()
     if ctx < 4:
         raise ValueError(f"ctx must be >= 4, got {ctx}")
     if ctx > model.cache.max_ctx:

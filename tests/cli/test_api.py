@@ -30,6 +30,54 @@ def test_generate_batch_max_batch_checked(tiny_dir):
         llm.generate(["The quick", "fox"], max_tokens=2, max_batch=0)
 
 
+NOT_IDS = [np.array([1.5, 2.0]), np.array([1.0, 2.0]), [3, 2.0], np.array([True, False]), [3, True]]
+
+
+@pytest.mark.parametrize("ids", NOT_IDS, ids=["float-array", "integral-float-array", "float-in-list", "bool-array",
+                                              "bool-in-list"])
+def test_token_ids_must_be_integers(tiny_dir, ids):
+    """Floats and bools given as token ids were cast (1.5 -> 1, True -> 1) without a word: generate, stream,
+    batch generation, logits, prefill, decode and perplexity refuse them, before anything runs or is queued."""
+    from lowbit.perplexity import perplexity
+
+    llm = lowbit.load(tiny_dir)
+    model = llm.model
+    msg = "token ids must be integers"
+    with pytest.raises(TypeError, match=msg):
+        llm.generate(ids, max_tokens=2)
+    with pytest.raises(TypeError, match=msg):
+        llm.stream(ids, max_tokens=2)  # at the call, not at the first iteration
+    with pytest.raises(TypeError, match=msg):
+        llm.generate([[3, 4], ids], max_tokens=2)  # batched: the good prompt is not run either
+    assert not llm.batch_engine(2).has_work()
+    with pytest.raises(TypeError, match=msg):
+        llm.logits(ids)
+    with pytest.raises(TypeError, match=msg):
+        model.prefill(ids)
+    with pytest.raises(TypeError, match=msg):
+        perplexity(model, ids, ctx=8)
+    model.prefill([3, 4])
+    with pytest.raises(TypeError, match=msg):
+        model.decode(ids[-1])
+    assert model.cache.length == 2  # nothing written
+
+
+def test_integer_token_ids_of_any_dtype(tiny_dir):
+    """numpy integer arrays and scalars of any width are ids; out-of-range ids in a batch fail the call
+    before any prompt runs (they used to fail the whole engine step, other prompts included)."""
+    llm = lowbit.load(tiny_dir)
+    want = llm.logits([3, 4, 5])
+    for ids in (np.array([3, 4, 5], np.int32), np.array([3, 4, 5], np.uint16), (np.int64(3), np.uint8(4), 5)):
+        np.testing.assert_array_equal(llm.logits(ids), want)
+    assert llm.generate(np.array([3, 4, 5], np.int16), max_tokens=3) == llm.generate([3, 4, 5], max_tokens=3)
+    vocab = llm.model.args.vocab_size
+    with pytest.raises(ValueError, match=f"token id {vocab} is out of range: the vocabulary has {vocab} tokens"):
+        llm.generate([[3, 4], [3, vocab]], max_tokens=2)
+    assert not llm.batch_engine(2).has_work()
+    with pytest.raises(ValueError, match="1-D"):
+        llm.logits(np.array([[3, 4]]))
+
+
 def write_hf_folder(path):
     """A tiny HF-style folder: config.json, model.safetensors (float32), tokenizer files."""
     from safetensors.numpy import save_file

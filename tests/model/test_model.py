@@ -89,6 +89,60 @@ def test_token_ids_out_of_range(native):
     assert m.cache.length == 2  # nothing written
 
 
+def test_token_ids_helper():
+    """layers.token_ids: integer lists, tuples and arrays of any integer dtype in; floats (even 2.0), bools,
+    strings, scalars and 2-D arrays out, with what was wrong and what is allowed."""
+    from lowbit.model.layers import token_ids
+
+    for ok in ([3, 4], (np.int32(3), 4), np.array([3, 4], np.uint8), np.array([3, 4], np.int16)):
+        got = token_ids(ok, 5)
+        assert got.dtype == np.int64 and got.tolist() == [3, 4]
+    assert token_ids([]).shape == (0,)
+    for bad, what in ((np.array([1.0, 2.0]), "dtype float64"), (np.array([1, 0], bool), "dtype bool"),
+                      ([1, 2.0], r"2\.0 \(float\) at index 1"), ([True], r"True \(bool\)"),
+                      ([np.float32(1)], "float32"), ([1, "2"], "str"), ("12", "got str"), (5, "got int")):
+        with pytest.raises(TypeError, match=what):
+            token_ids(bad, 5)
+    with pytest.raises(TypeError, match=r"Python int or a numpy integer"):
+        token_ids([1.5])
+    with pytest.raises(ValueError, match=r"1-D sequence, got an array of shape \(1, 2\)"):
+        token_ids(np.array([[1, 2]]))
+    for bad in (-1, 5, 2**64):
+        with pytest.raises(ValueError, match=f"token id {bad} is out of range: the vocabulary has 5 tokens"):
+            token_ids([1, bad], 5)
+    with pytest.raises(ValueError, match="token id 300 is out of range"):
+        token_ids(np.array([1, 300], np.uint16), 5)  # checked before the cast
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_float_token_ids_refused(native):
+    """prefill / decode / logits / the batched step refuse float and bool ids (they were truncated: 1.5 -> 1)."""
+    from lowbit.model.batch import BatchDecoder
+
+    m = tiny_model()
+    m.native_decode = native
+    for bad in (np.array([1.0, 2.0]), [1, 2.5], np.array([True])):
+        with pytest.raises(TypeError, match="token ids must be integers"):
+            m.prefill(bad)
+        with pytest.raises(TypeError, match="token ids must be integers"):
+            m.logits(bad)
+    m.prefill([1, 2])
+    for bad in (2.0, np.float32(2), True):
+        with pytest.raises(TypeError, match="token ids must be integers"):
+            m.decode(bad)
+    assert m.cache.length == 2 and m.cache.tokens == [1, 2]
+    bd = BatchDecoder(m, 2, native=native)
+    with pytest.raises(TypeError, match="token ids must be integers"):
+        bd.prefill(0, [1, 2.0])
+    with pytest.raises(TypeError, match="token ids must be integers"):
+        bd.step([(0, [1], True), (1, np.array([1.0, 2.0]), True)])
+    with pytest.raises(TypeError, match="token ids must be integers"):
+        bd.decode([1, 2.0], [0, 1])
+    with pytest.raises(ValueError, match="out of range"):
+        bd.decode([1, m.embed.shape[0]], [0, 1])
+    assert bd.slot(0).length == bd.slot(1).length == 0
+
+
 def test_max_context_checked():
     with pytest.raises(ValueError, match="max_context must be >= 1, got 0"):
         tiny_model(max_context=0)  # 0 took the default before, without a word

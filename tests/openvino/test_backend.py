@@ -132,6 +132,27 @@ def test_errors(f32_export, tmp_path):
         model.prefill(list(range(65)))
 
 
+def test_token_ids_checked(f32_export):
+    """Float and bool ids were truncated, and out-of-range ids went to OpenVINO's Gather (-1: the last row,
+    past the end: zeros) without a word: prefill, decode and logits refuse them, the cache untouched."""
+    model = OpenVINOModel(f32_export, precision="f32")
+    vocab = model.args.vocab_size
+    for bad in (np.array([1.5, 2.0]), [3, 2.0], np.array([True, False])):
+        with pytest.raises(TypeError, match="token ids must be integers"):
+            model.prefill(bad)
+        with pytest.raises(TypeError, match="token ids must be integers"):
+            model.logits(bad)
+    for bad in (-1, vocab):
+        with pytest.raises(ValueError, match=f"token id {bad} is out of range: the vocabulary has {vocab} tokens"):
+            model.prefill([3, bad])
+    model.prefill(np.array([3, 4], np.int32))
+    with pytest.raises(TypeError, match="token ids must be integers"):
+        model.decode(5.0)
+    with pytest.raises(ValueError, match="out of range"):
+        model.decode(vocab)
+    assert model.cache.length == 2 and model.cache.tokens == [3, 4]
+
+
 def test_overwrite_replaces_only_an_export(hf_dir, tmp_path):
     """--overwrite used to rename away and delete whatever OUT was (a user's folder, a file, the source itself)."""
     from lowbit.io.modeldir import OutputExistsError

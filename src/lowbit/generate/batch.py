@@ -32,6 +32,7 @@ from lowbit.generate.loop import GenerationStats, peak_memory_gb
 from lowbit.generate.sampling import Sampler, SamplingParams
 from lowbit.model.batch import BatchDecoder
 from lowbit.model.kv_cache import ContextOverflowError
+from lowbit.model.layers import token_ids
 
 PREFILL_CHUNK = 64  # prompt tokens per engine step: bounds how long newcomers delay the running sequences' next token
 
@@ -42,7 +43,7 @@ class Sequence:
     def __init__(self, prompt_ids, max_tokens: int, params: SamplingParams, stop, eos_ids, tokenizer,
                  on_piece: Callable[["Sequence", str], None] | None = None,
                  on_done: Callable[["Sequence"], None] | None = None):
-        self.prompt_ids = [int(i) for i in prompt_ids]
+        self.prompt_ids = token_ids(prompt_ids).tolist()  # the range is checked by BatchEngine.submit
         if not self.prompt_ids:
             raise ValueError("the prompt is empty (no tokens)")
         if max_tokens < 0:
@@ -107,6 +108,7 @@ class BatchEngine:
     def submit(self, prompt_ids, max_tokens: int = 256, params: SamplingParams | None = None, stop=None,
                on_piece=None, on_done=None) -> Sequence:
         """Queues a sequence; raises ContextOverflowError if the prompt alone fills the context."""
+        prompt_ids = token_ids(prompt_ids, self.runner.vocab)  # a bad id fails here, not the step it shares
         seq = Sequence(prompt_ids, max_tokens, params or SamplingParams(), stop, self.eos_ids, self.tokenizer,
                        on_piece, on_done)
         if len(seq.prompt_ids) >= self.max_context:
@@ -288,7 +290,9 @@ def generate_batch(model, tokenizer, prompts, max_tokens: int = 256, max_batch: 
                    params: SamplingParams | None = None, add_bos: bool | None = None,
                    engine: BatchEngine | None = None) -> list[Sequence]:
     """Runs every prompt (str or token ids) to completion, batched; -> their Sequences in prompt order."""
-    ids = [list(tokenizer.encode(p, add_bos=add_bos)) if isinstance(p, str) else [int(i) for i in p] for p in prompts]
+    # every prompt is checked before any is submitted: a bad one leaves nothing queued in a kept engine
+    ids = [list(tokenizer.encode(p, add_bos=add_bos)) if isinstance(p, str) else token_ids(p, model.args.vocab_size)
+           for p in prompts]
     if engine is None:
         engine = BatchEngine(model, tokenizer, max_batch=max_batch or max(1, min(len(ids), 16)))
     seqs = [engine.submit(p, max_tokens=max_tokens, params=params, stop=stop) for p in ids]

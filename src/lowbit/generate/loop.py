@@ -20,6 +20,7 @@ from lowbit.generate.detok import StopMatcher, StreamDecoder
 from lowbit.generate.sampling import Sampler, SamplingParams
 from lowbit.memory import peak_rss_gb, rss_gb
 from lowbit.model.kv_cache import ContextOverflowError
+from lowbit.model.layers import token_ids
 
 
 def peak_memory_gb() -> float:
@@ -81,7 +82,7 @@ def generate_step(model, prompt_ids, sampler: Sampler | None = None, max_tokens:
     The cache holds the prompt and every yielded id except the last (it runs when the next is asked for).
     """
     sampler = sampler or Sampler()
-    ids = [int(i) for i in prompt_ids]
+    ids = token_ids(prompt_ids, model.args.vocab_size).tolist()
     common = prepare_prompt(model, ids)
     logits = model.prefill(ids[common:])  # [vocab]
     history = ids
@@ -103,7 +104,7 @@ class Generation:
         if isinstance(prompt, str):
             self.prompt_ids = list(tokenizer.encode(prompt, add_bos=add_bos))
         else:
-            self.prompt_ids = [int(i) for i in prompt]
+            self.prompt_ids = token_ids(prompt, model.args.vocab_size).tolist()  # a bad id fails here, not mid-run
         if max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
         self.max_tokens = max_tokens

@@ -19,7 +19,7 @@ import numpy as np
 
 from lowbit._runtime import single_threaded_blas
 from lowbit.model.kv_cache import KVCache, SlotKVCache, kv_read, kv_write
-from lowbit.model.layers import rms_norm
+from lowbit.model.layers import rms_norm, token_ids
 from lowbit.model.llama import _softmax_, project
 
 
@@ -93,7 +93,7 @@ class BatchDecoder:
             self.cache.slot(s).check_room(n)
 
     def _positions(self, tokens, slots) -> tuple[list[int], list[int], np.ndarray]:
-        tokens = [int(t) for t in tokens]
+        tokens = token_ids(tokens, self.vocab).tolist()
         slots = [int(s) for s in slots]
         if len(tokens) != len(slots) or not tokens:
             raise ValueError(f"decode takes one token per slot (got {len(tokens)} tokens, {len(slots)} slots)")
@@ -128,7 +128,7 @@ class BatchDecoder:
 
         Without the native step: the numpy reference, the decode rows batched (decode_python) and each
         prompt chunk alone (prefill_python)."""
-        items = [(int(s), [int(i) for i in ids], bool(w)) for s, ids, w in items]
+        items = [(int(s), token_ids(ids, self.vocab).tolist(), bool(w)) for s, ids, w in items]
         if not items:
             raise ValueError("a step needs at least one item")
         for s, ids, _ in items:

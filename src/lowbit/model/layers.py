@@ -48,6 +48,41 @@ class Linear:
         return self.weight.shape
 
 
+def token_ids(ids, vocab_size: int | None = None) -> np.ndarray:
+    """Token ids as int64 [n]: a list / tuple of Python ints or numpy integers, or a 1-D numpy integer array,
+    each in [0, vocab_size) when vocab_size is given.
+
+    Floats (even integral ones such as 2.0) and bools are refused rather than truncated to an id: a float
+    array is almost always logits, embeddings or probabilities passed by mistake.
+    """
+    if isinstance(ids, np.ndarray):
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"token ids must be integers, got an array of dtype {ids.dtype} "
+                            "(ids are never rounded; pass an integer array, e.g. ids.astype(np.int64))")
+        if ids.ndim != 1:
+            raise ValueError(f"token ids must be a 1-D sequence, got an array of shape {ids.shape}")
+        arr = ids
+    else:
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise TypeError(f"token ids must be a list or 1-D array of integers, got {type(ids).__name__}")
+        items = list(ids)
+        for i, t in enumerate(items):
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                at = f" at index {i}" if len(items) > 1 else ""
+                raise TypeError(f"token ids must be integers (Python int or a numpy integer), got "
+                                f"{t!r} ({type(t).__name__}){at}")
+        try:
+            arr = np.array(items, np.int64)
+        except OverflowError:
+            bad = next(t for t in items if not -2**63 <= t < 2**63)
+            raise ValueError(f"token id {bad} is out of range"
+                             + (f": the vocabulary has {vocab_size} tokens" if vocab_size is not None else "")) from None
+    if vocab_size is not None and arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+        bad = int(arr[(arr < 0) | (arr >= vocab_size)][0])  # numpy would take -1 as the last row
+        raise ValueError(f"token id {bad} is out of range: the vocabulary has {vocab_size} tokens")
+    return np.ascontiguousarray(arr, np.int64)
+
+
 class Embedding:
     """Token embedding table [vocab, hidden]: a float array or a PackedWeight (bf16 rows are gathered as is)."""
 
@@ -72,11 +107,7 @@ class Embedding:
 
     def __call__(self, ids) -> np.ndarray:
         """ids: int [N] -> float32 [N, hidden] (a fresh array)."""
-        ids = np.asarray(ids, np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.shape[0]):  # numpy would take -1 as the last row
-            bad = int(ids[(ids < 0) | (ids >= self.shape[0])][0])
-            raise ValueError(f"token id {bad} is out of range: the vocabulary has {self.shape[0]} tokens")
-        return np.array(self._rows(ids), np.float32)
+        return np.array(self._rows(token_ids(ids, self.shape[0])), np.float32)
 
     def as_linear(self) -> Linear:
         """The same table as an output projection (tied embeddings)."""
@@ -204,4 +235,4 @@ class Rope:
 
 
 __all__ = ["ACTIVATIONS", "Activations", "Embedding", "Linear", "Rope", "as_packed", "gelu_tanh", "relu2", "rms_norm",
-           "silu"]
+           "silu", "token_ids"]

@@ -24,7 +24,7 @@ from lowbit._runtime import single_threaded_blas
 from lowbit.formats import Activations, PackedWeight, matmul_many
 from lowbit.model.config import ModelArgs, check_supported, sliding_window_active
 from lowbit.model.kv_cache import KVCache, kv_dtype, kv_read, kv_write
-from lowbit.model.layers import ACTIVATIONS, Embedding, Linear, Rope, as_packed, rms_norm, soft_cap_
+from lowbit.model.layers import ACTIVATIONS, Embedding, Linear, Rope, as_packed, rms_norm, soft_cap_, token_ids
 
 DEFAULT_MAX_CONTEXT = 8192  # cap on the cache when neither the config nor the user asks for less
 PREFILL_CHUNK = 512  # prompt tokens per prefill step: bounds the [heads, n, ctx] score buffers
@@ -371,7 +371,8 @@ class Model:
         return self.prefill_native(nat, self.cache, 0, ids, all_logits, chunk)
 
     def _prompt_ids(self, ids) -> list[int]:
-        ids = [int(i) for i in ids]
+        """Integer ids inside the vocabulary (layers.token_ids: floats and bools are refused), at least one."""
+        ids = token_ids(ids, self.embed.shape[0]).tolist()
         if not ids:
             raise ValueError("prefill needs at least one token")
         return ids
@@ -423,6 +424,7 @@ class Model:
         Runs the native step (model/native.py: the whole stack in one C++ call) when every weight format
         has one and `native_decode` is on; else the numpy reference, decode_python.
         """
+        token = self._token(token)
         c = self.cache
         pos = c.length
         if pos >= c.max_ctx:
@@ -436,8 +438,14 @@ class Model:
             logits = nat.decode(self.embed_ids([token])[0], pos)  # embedding [hidden] -> [vocab]
         logits = self.cap_logits(logits)
         c.length = pos + 1
-        c.tokens.append(int(token))
+        c.tokens.append(token)
         return logits
+
+    def _token(self, token) -> int:
+        """One id for decode(): an integer inside the vocabulary (as _prompt_ids)."""
+        if type(token) is int and 0 <= token < self.embed.shape[0]:  # the sampler's ids: no numpy on the hot path
+            return token
+        return int(token_ids([token], self.embed.shape[0])[0])
 
     def decode_python(self, token: int) -> np.ndarray:
         """decode() in numpy around the matmul kernels: the reference for the native step."""

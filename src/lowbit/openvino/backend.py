@@ -22,7 +22,7 @@ import numpy as np
 
 from lowbit.model.config import ModelArgs
 from lowbit.model.kv_cache import CacheIndex
-from lowbit.model.layers import Rope
+from lowbit.model.layers import Rope, token_ids
 from lowbit.openvino import require_openvino
 from lowbit.openvino.export import read_manifest
 
@@ -137,7 +137,7 @@ class OpenVINOModel:
 
     def prefill(self, ids, all_logits: bool = False) -> np.ndarray:
         """ids: int [n] after the cached positions -> float32 logits [vocab] (last token) or [n, vocab]."""
-        ids = [int(i) for i in ids]
+        ids = token_ids(ids, self.args.vocab_size).tolist()  # OpenVINO's Gather reads -1 as the last row, zeros past the end
         n = len(ids)
         if n == 0:
             raise ValueError("prefill needs at least one token")
@@ -152,8 +152,9 @@ class OpenVINOModel:
 
     def decode(self, token: int) -> np.ndarray:
         """One token at the next position -> float32 logits [vocab]."""
+        token = int(token_ids([token], self.args.vocab_size)[0])
         self.cache.check_room(1)
-        return self._step(self._decode, [int(token)])[0].copy()
+        return self._step(self._decode, [token])[0].copy()
 
     def logits(self, ids) -> np.ndarray:
         """Teacher-forced logits from an empty cache: int [n] -> float32 [n, vocab]."""
