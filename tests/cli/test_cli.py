@@ -109,6 +109,24 @@ def test_chat_keeps_history(tiny_dir, capsys, monkeypatch):
     assert [m["role"] for m in seen[1]] == ["system", "user", "assistant", "user"]
 
 
+def test_chat_refuses_no_reply(tiny_dir, capsys, monkeypatch):
+    # chat -n 0 printed an empty reply to every turn (and kept it in the history); -n -1 failed only at the
+    # first turn, after the model had loaded: both are refused before loading
+    import lowbit.api
+
+    monkeypatch.setattr(lowbit.api, "load", lambda *a, **kw: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    for n in ("0", "-1"):
+        rc, out, err = run_cli(capsys, "chat", "-m", str(tiny_dir), "-n", n)
+        assert rc == 1 and out == ""
+        assert f"-n/--max-tokens must be at least 1 in chat, got {n}: every turn needs a reply" in err
+        assert "loading" not in err
+    for verb, want in (("chat", "at least 1 (default: 512)"), ("run", "0 = run the prompt only (default: 256)")):
+        with pytest.raises(SystemExit):
+            main([verb, "--help"])
+        assert want in " ".join(capsys.readouterr().out.split())  # the -n help says what the verb allows
+
+
 def test_info(tiny_dir, capsys):
     rc, out, err = run_cli(capsys, "info", str(tiny_dir))
     assert rc == 0 and "2 layers" in out and "model.layers.*.mlp.up_proj.weight" in out and "int4" in out

@@ -78,10 +78,12 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
                    help="OpenVINO inference precision hint (default: the device's; f32 for exact results)")
 
 
-def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int = 256) -> None:
+def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int = 256, prompt_only: bool = True) -> None:
+    """The sampling options; prompt_only: -n 0 runs the prompt without generating (run), else N >= 1 (chat)."""
     g = p.add_argument_group("sampling")
+    least = "0 = run the prompt only" if prompt_only else "at least 1"
     g.add_argument("-n", "--max-tokens", type=int, default=max_tokens, metavar="N",
-                   help=f"tokens to generate at most; 0 = run the prompt only (default: {max_tokens})")
+                   help=f"tokens to generate at most; {least} (default: {max_tokens})")
     g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default: 0)")
     g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass; 1 = off")

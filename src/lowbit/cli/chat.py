@@ -24,7 +24,7 @@ def add_parser(subparsers):
     add_model_args(p)
     p.add_argument("--system", default=None, help="a system message for the whole conversation")
     add_runtime_args(p)
-    add_sampling_args(p, max_tokens=512)
+    add_sampling_args(p, max_tokens=512, prompt_only=False)
     p.add_argument("--stats", action="store_true", help="print tokens/s after each reply")
     p.set_defaults(func=main)
     return p
@@ -46,7 +46,15 @@ def fit_history(llm, history: list[dict], reserve: int) -> list[dict]:
     return history
 
 
+def check_args(args) -> None:
+    """Option values chat cannot use, refused before the model loads."""
+    if args.max_tokens < 1:  # -n 0 printed an empty reply to every turn (and stored it in the history)
+        raise ValueError(f"-n/--max-tokens must be at least 1 in chat, got {args.max_tokens}: every turn needs a "
+                         "reply (`lowbit run -n 0` runs a prompt without generating)")
+
+
 def main(args) -> int:
+    check_args(args)
     llm = load_from_args(args)
     if not getattr(llm.tokenizer, "chat_template", None):
         raise ValueError("this model has no chat template, so it cannot chat; try `lowbit run --no-chat`")
