@@ -26,10 +26,24 @@ def test_seed_determinism():
     assert draws(p, x) != draws(SamplingParams(temperature=1.0, top_p=0.9, seed=8), x)
 
 
-@pytest.mark.parametrize("kw", [dict(top_k=1), dict(top_p=1e-6), dict(min_p=0.999)])
+@pytest.mark.parametrize("kw", [dict(top_k=1), dict(top_p=1e-6), dict(top_p=0.0), dict(min_p=0.999)])
 def test_narrow_cuts_are_greedy(kw):
     x = logits_of()
     assert set(draws(SamplingParams(temperature=1.5, seed=0, **kw), x)) == {int(np.argmax(x))}
+
+
+@pytest.mark.parametrize("vocab", [100, 5000])  # all sorted / the partial sort of the best 256
+@pytest.mark.parametrize("kw", [dict(), dict(top_k=40), dict(min_p=0.05), dict(top_k=3, min_p=0.5),
+                                dict(repetition_penalty=4.0)])
+def test_top_p_zero_keeps_the_most_likely_token(vocab, kw):
+    # top_p 0 was refused ("must be in (0, 1]"); llama.cpp and HF read it as: keep the most likely token alone,
+    # after the other filters (here the repetition penalty demotes the argmax: the runner-up is kept)
+    x = logits_of(vocab, seed=5)
+    history = [int(np.argmax(x))]
+    want = int(np.argmax(apply_repetition_penalty(x, history, kw.get("repetition_penalty", 1.0), 64)))
+    s = Sampler(SamplingParams(temperature=2.0, top_p=0.0, seed=0, **kw))
+    assert {s(x, history) for _ in range(50)} == {want}
+    assert reference_keep(x, 2.0, top_p=0.0) == {int(np.argmax(x))}
 
 
 def reference_keep(x, temperature, top_k=0, top_p=1.0, min_p=0.0):
@@ -77,8 +91,11 @@ def test_repetition_penalty():
 def test_bad_params():
     with pytest.raises(ValueError):
         SamplingParams(temperature=-1)
-    with pytest.raises(ValueError):
-        SamplingParams(top_p=0.0)
+    assert SamplingParams(top_p=0.0).top_p == 0.0  # only the most likely token
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=rf"top_p must be in \[0, 1\] \(1: off, 0: only the most likely "
+                                             rf"token\), got {bad}"):
+            SamplingParams(top_p=bad)
 
 
 @pytest.mark.parametrize("kw", [dict(temperature=float("nan")), dict(temperature=float("inf")),

@@ -139,7 +139,8 @@ def test_concurrent_requests_equal_sequential(server, llm):
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": 100000}', 400, "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": "ten"}', 400, "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "temperature": -1}', 400, "temperature"),
-    ("/v1/completions", b'{"prompt": "hi", "top_p": 0}', 400, "top_p"),
+    ("/v1/completions", b'{"prompt": "hi", "top_p": -0.1}', 400, "'top_p' must be in [0.0, 1.0]"),
+    ("/v1/completions", b'{"prompt": "hi", "top_p": 1.5}', 400, "'top_p' must be in [0.0, 1.0]"),
     ("/v1/completions", b'{"prompt": "hi", "n": 2}', 400, "'n'"),
     ("/v1/completions", b'{"prompt": "hi", "logprobs": 3}', 400, "logprobs"),
     ("/v1/completions", b'{"prompt": "hi", "stop": [1]}', 400, "stop"),
@@ -168,6 +169,14 @@ def test_default_openai_values_are_accepted(client):
     body = {"prompt": "hi", "max_tokens": 2, "presence_penalty": 0, "frequency_penalty": 0.0,
             "response_format": {"type": "text"}}
     assert client.post("/v1/completions", json=body).status_code == 200
+
+
+def test_top_p_zero_is_the_most_likely_token(client, llm):
+    # top_p 0 was a 400 ("must be in (0.0, 1.0]"); OpenAI allows [0, 1], and 0 keeps the most likely token alone
+    body = {"prompt": PROMPTS[0], "max_tokens": 8, "temperature": 1.5, "top_p": 0, "seed": 3}
+    r = client.post("/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] == llm.generate(PROMPTS[0], max_tokens=8, temperature=0)
 
 
 def test_server_limits_checked(llm):

@@ -86,7 +86,8 @@ def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int = 256, prompt_
                    help=f"tokens to generate at most; {least} (default: {max_tokens})")
     g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default: 0)")
     g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass; 1 = off")
+    g.add_argument("--top-p", type=float, default=1.0,
+                   help="nucleus sampling mass in [0, 1]; 1 = off, 0 = only the most likely token")
     g.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the best; 0 = off")
     g.add_argument("--repeat-penalty", type=float, default=1.0, help="repetition penalty; 1 = off")
     g.add_argument("--seed", type=int, default=None,

@@ -17,7 +17,8 @@ PARTIAL_SORT = (256, 4096)  # top-p tries the best 256, then 4096 tokens: sortin
 class SamplingParams:
     """How the next token is chosen.
 
-    temperature: 0 means greedy (argmax); top_k: 0 = off; top_p: 1.0 = off; min_p: 0.0 = off
+    temperature: 0 means greedy (argmax); top_k: 0 = off; top_p: 1.0 = off, 0 = only the most likely token
+    (as llama.cpp and HF: the prefix always keeps one); min_p: 0.0 = off
     (drop tokens below min_p x the best token's probability); repetition_penalty: 1.0 = off
     (HF's rule over the last repetition_window ids of prompt + output); seed: None = fresh entropy.
     """
@@ -42,8 +43,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0.0 <= self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in [0, 1] (1: off, 0: only the most likely token), got {self.top_p}")
         if not 0.0 <= self.min_p < 1.0:
             raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
         if self.repetition_penalty <= 0:
@@ -68,7 +69,8 @@ def apply_repetition_penalty(logits: np.ndarray, history, penalty: float, window
 def _cut(probs: np.ndarray, top_p: float, min_p: float) -> int:
     """probs: sorted descending, normalized over the distribution they came from -> how many to keep.
 
-    top-p keeps the shortest prefix whose mass reaches top_p; min-p keeps probs >= min_p * probs[0].
+    top-p keeps the shortest prefix whose mass reaches top_p (top_p 0: the first alone); min-p keeps
+    probs >= min_p * probs[0].
     """
     n = probs.shape[0]
     if top_p < 1.0:

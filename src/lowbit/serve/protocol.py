@@ -178,7 +178,7 @@ def parse_job(kind: str, body, tokenizer, limits: Limits, model_id: str) -> Job:
         seed &= (1 << 64) - 1  # numpy seeds are non-negative
     try:
         params = SamplingParams(temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-                                top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
+                                top_p=_number(body, "top_p", 1.0, 0.0, 1.0),  # 0: only the most likely token
                                 top_k=_number(body, "top_k", 0, 0, 1 << 20, integer=True),
                                 min_p=_number(body, "min_p", 0.0, 0.0, 0.999),
                                 repetition_penalty=_number(body, "repetition_penalty", 1.0, 0.0, 10.0, lo_open=True),
