@@ -30,3 +30,19 @@ def test_update_readme(tmp_path):
     p.write_text("no markers")
     with pytest.raises(ValueError, match="markers"):
         table.update_readme(p)
+
+
+def test_update_readme_failing_midway_leaves_it_intact(tmp_path, monkeypatch):
+    # the README was truncated first (path.write_text): a failure while writing left it cut short
+    p = tmp_path / "README.md"
+    old = f"intro\n{table.BEGIN}\n| stale |\n{table.END}\nrest\n"
+    p.write_text(old)
+    p.chmod(0o640)
+    monkeypatch.setattr(table, "markdown", lambda: "| ok |\n| \udc80 |")  # a lone surrogate: utf-8 fails mid-write
+    with pytest.raises(UnicodeEncodeError):
+        table.update_readme(p)
+    assert p.read_text() == old and sorted(f.name for f in tmp_path.iterdir()) == ["README.md"]  # no temp file left
+    monkeypatch.setattr(table, "markdown", lambda: "| fresh — table |")
+    assert table.update_readme(p)
+    assert table.readme_block(p.read_text(encoding="utf-8")) == "| fresh — table |"
+    assert (p.stat().st_mode & 0o777) == 0o640 and sorted(f.name for f in tmp_path.iterdir()) == ["README.md"]

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from lowbit import _native
+from lowbit._fileio import atomic_write_text
 from lowbit.formats.rsr_index import MAX_SEGMENTS, RSRIndex
 
 TUNE_FILE = "rsr_tune.json"
@@ -60,14 +59,7 @@ def _store(path: Path, key: str, entry: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     table = _load(path)
     table[key] = entry
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".rsr_tune.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(table, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(table, indent=1, sort_keys=True))
 
 
 TUNER_VERSION = 3  # in the cache key: answers of an older tuner or kernel (v1: best of 3, one k after another;
