@@ -137,3 +137,52 @@ def test_llama_biases_match_transformers(tmp_path, source):
         ref = tmodel(torch.tensor([ids])).logits[0].numpy()
     assert float(np.abs(ours.logits(ids) - ref).max()) < 1e-3
     assert json.loads((hf / "config.json").read_text())["attention_bias"] is True
+
+
+LEFT_OUT = [  # (family, config overrides when written, keys then removed from config.json)
+    ("gemma2", {}, ["attn_logit_softcapping", "final_logit_softcapping"]),  # transformers: 50 / 30
+    ("gemma2", {}, ["query_pre_attn_scalar"]),  # 256, not head_dim
+    ("phi3", {}, ["rms_norm_eps"]),  # 1e-5
+    ("qwen2", {"sliding_window": 4, "use_sliding_window": True, "max_window_layers": 1},
+     ["max_window_layers", "layer_types"]),  # 28: no layer slides
+]
+
+
+@pytest.mark.parametrize("family,over,drop", LEFT_OUT, ids=[f"{f}-{d[0]}" for f, _, d in LEFT_OUT])
+def test_keys_left_out_take_transformers_defaults(tmp_path, family, over, drop):
+    """A config.json without a key means transformers' default for its model_type (before: lowbit's generic
+    default, e.g. Gemma 2 without soft-capping, logits 10 apart)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from lowbit.api import model_from_checkpoint
+    from tests.model.families import write_hf_family
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf, _ = write_hf_family(tmp_path / "hf", family, **over)
+        cfg = json.loads((hf / "config.json").read_text())
+        for k in drop:
+            cfg.pop(k)
+        (hf / "config.json").write_text(json.dumps(cfg))
+        tmodel = transformers.AutoModelForCausalLM.from_pretrained(hf, attn_implementation="eager").float().eval()
+    ids = [5, 17, 42, 99, 7, 250, 33, 12]
+    with torch.no_grad():
+        ref = tmodel(torch.tensor([ids])).logits[0].numpy()
+    assert float(np.abs(model_from_checkpoint(open_checkpoint(hf)).logits(ids) - ref).max()) < 5e-5  # Phi-3 eps: 1.5e-4
+
+
+def test_in_memory_config_takes_the_same_defaults():
+    from lowbit.model.config import ModelArgs, with_defaults
+    cfg = tiny_config(model_type="gemma2", head_dim=16)
+    for k in ("rms_norm_eps", "tie_word_embeddings"):
+        cfg.pop(k)
+    full = with_defaults(cfg)
+    assert (full["attn_logit_softcapping"], full["final_logit_softcapping"], full["query_pre_attn_scalar"]) == (50.0, 30.0, 256)
+    assert full["tie_word_embeddings"] is True and full["head_dim"] == 16  # what the config says is kept
+    m = Model.from_weights(cfg, dummy_weights(full))
+    assert (m.attn_softcap, m.final_softcap, m.args.rms_norm_eps) == (50.0, 30.0, 1e-6)
+    assert ModelArgs.from_config({**tiny_config(model_type="bitnet"), "rope_theta": None}).rope_theta == 10000.0
+    bitnet = {k: v for k, v in tiny_config(model_type="bitnet").items() if k not in ("rope_theta", "hidden_act")}
+    assert (ModelArgs.from_config(bitnet).rope_theta, ModelArgs.from_config(bitnet).hidden_act) == (500000.0, "relu2")
+    t5 = {**bitnet, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}  # transformers 5 spelling
+    assert ModelArgs.from_config(t5).rope_theta == 10000.0
+    assert normalize_config(tiny_config(model_type="qwen2", sliding_window=16), "c")["use_sliding_window"] is False

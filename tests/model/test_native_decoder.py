@@ -62,7 +62,7 @@ FAMILY_EXTRAS = {  # config overrides that switch on each family's ops in the na
     "mistral": {"sliding_window": 5},
     "phi3": {"sliding_window": 6, "original_max_position_embeddings": 16,
              "rope_scaling": {"rope_type": "longrope", "short_factor": [1.5] * 16, "long_factor": [3.0] * 16}},
-    "gemma2": {"sliding_window": 4, "attn_logit_softcapping": 1.5, "final_logit_softcapping": 5.0,
+    "gemma2": {"head_dim": 32, "sliding_window": 4, "attn_logit_softcapping": 1.5, "final_logit_softcapping": 5.0,
                "query_pre_attn_scalar": 24, "hidden_activation": "gelu_pytorch_tanh"},
 }
 

@@ -140,11 +140,11 @@ def read_json(path: pathlib.Path) -> dict:
 def normalize_config(raw: dict, where) -> dict:
     """Checks and completes a Hugging Face-style config (keys as in config.json).
 
-    Fills num_key_value_heads, head_dim, rope_theta (also from transformers 5's rope_parameters),
+    Fills the architecture's transformers defaults (config.with_defaults), then num_key_value_heads, head_dim, rope_theta (also from transformers 5's rope_parameters),
     rope_scaling, rms_norm_eps, hidden_act, max_position_embeddings, tie_word_embeddings defaults.
     Raises ValueError naming `where` for an unsupported model_type or missing sizes.
     """
-    from lowbit.model.config import ARCH_ALIASES, check_supported
+    from lowbit.model.config import ARCH_ALIASES, check_supported, with_defaults
 
     cfg = dict(raw)
     mt = str(cfg.get("model_type", "")).lower()
@@ -153,6 +153,7 @@ def normalize_config(raw: dict, where) -> dict:
         raise ValueError(f"{where}: unsupported model_type {cfg.get('model_type')!r}; lowbit supports "
                          f"{', '.join(sorted(ARCH_ALIASES))} (SmolLM2, Falcon3, MobileLLM are llama)")
     cfg["model_type"] = mt
+    cfg = with_defaults(cfg)  # what transformers reads for the keys this config leaves out
     check_supported(cfg, where)
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if not isinstance(cfg.get(key), int) or cfg[key] <= 0:

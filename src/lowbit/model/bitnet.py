@@ -13,3 +13,4 @@ from lowbit.model import llama
 
 class Model(llama.Model):
     sub_norms = True
+    config_defaults = {"rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "relu2"}

@@ -3,7 +3,8 @@
     args = ModelArgs.from_config(json.load(open("config.json")))
     args.head_dim      # hidden_size // num_attention_heads unless the config says otherwise
 
-Unknown keys are ignored; `extra` keeps the whole dict for architecture files that need more.
+Unknown keys are ignored; `extra` keeps the whole dict for architecture files that need more. A key the config
+leaves out means what transformers' config class for that model_type defaults it to (with_defaults).
 """
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ class ModelArgs:
     @classmethod
     def from_config(cls, config: dict) -> "ModelArgs":
         """Builds args from a config.json dict (transformers 4 or 5 spelling of the RoPE settings)."""
+        config = with_defaults(config)
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         kw = {k: v for k, v in config.items() if k in names and v is not None}
         # transformers 5 writes rope_parameters = {"rope_type", "rope_theta", "factor", ...}
@@ -91,6 +93,22 @@ class ModelArgs:
         if e is None:
             return set()
         return {int(e)} if isinstance(e, int) else {int(i) for i in e}
+
+
+def with_defaults(cfg: dict) -> dict:
+    """cfg with its architecture's defaults (Model.config_defaults: transformers' config class defaults) for the
+    keys it leaves out. A key the config sets, even to null, is kept; an unknown model_type is left as is."""
+    from lowbit.model import get_model_class
+
+    try:
+        defaults = get_model_class(str(cfg.get("model_type", "")).lower()).config_defaults
+    except ValueError:
+        return cfg
+    missing = {k: v for k, v in defaults.items() if k not in cfg}
+    rp = cfg.get("rope_parameters")
+    if isinstance(rp, dict) and "rope_theta" in rp:  # transformers 5 keeps rope_theta there
+        missing.pop("rope_theta", None)
+    return {**cfg, **missing} if missing else cfg
 
 
 # ---- what the runtime implements --------------------------------------------------------------------
@@ -158,6 +176,7 @@ def check_supported(cfg: dict, where="config") -> None:
     from lowbit.model import get_model_class
 
     cls = get_model_class(str(cfg.get("model_type", "")).lower())
+    cfg = with_defaults(cfg)
     problems = []
     for feature, (keys, asks) in FEATURES.items():
         try:

@@ -22,6 +22,9 @@ class Model(llama.Model):
                   "ln2": "pre_feedforward_layernorm", "post_ffn": "post_feedforward_layernorm"}
     features = frozenset({"attention_bias", "sliding_window", "attn_logit_softcapping", "final_logit_softcapping",
                           "query_pre_attn_scalar"})
+    config_defaults = {**llama.Model.config_defaults, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+                       "query_pre_attn_scalar": 256, "sliding_window": 4096, "tie_word_embeddings": True,
+                       "head_dim": 256, "max_position_embeddings": 8192}
 
     def __init__(self, args, weights, **kw):
         cfg = args.extra

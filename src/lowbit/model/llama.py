@@ -166,6 +166,8 @@ class Model:
     # what this architecture implements, checked against the config by config.check_supported (the one list)
     features = frozenset({"attention_bias", "mlp_bias"})
     rope_types = ("default", "linear", "llama3")
+    # transformers' defaults for keys a config.json may leave out (config.with_defaults), where they change the math
+    config_defaults = {"rms_norm_eps": 1e-6}
     embed_scale: float | None = None  # Gemma 2: embeddings times sqrt(hidden)
     final_softcap: float | None = None  # Gemma 2: logits -> c * tanh(logits / c)
     attn_softcap: float | None = None

@@ -10,3 +10,4 @@ from lowbit.model import llama
 
 class Model(llama.Model):
     features = frozenset({"sliding_window"})
+    config_defaults = {**llama.Model.config_defaults, "sliding_window": 4096, "max_position_embeddings": 131072}

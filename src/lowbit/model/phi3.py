@@ -34,6 +34,7 @@ def longrope_settings(cfg: dict, max_context: int) -> tuple[dict, float]:
 class Model(llama.Model):
     features = frozenset({"sliding_window"})
     rope_types = ("default", "linear", "longrope", "su")
+    config_defaults = {"rms_norm_eps": 1e-5, "max_position_embeddings": 4096, "original_max_position_embeddings": 4096}
 
     def __init__(self, args, weights, tokenizer=None, max_context=None, **kw):
         rp = args.rope_scaling or {}

@@ -10,6 +10,8 @@ from lowbit.model.config import ModelArgs
 
 class Model(llama.Model):
     features = frozenset({"sliding_window"})
+    config_defaults = {**llama.Model.config_defaults, "use_sliding_window": False, "max_window_layers": 28,
+                       "max_position_embeddings": 32768}
 
     @classmethod
     def attn_biases(cls, a: ModelArgs) -> tuple[str, ...]:

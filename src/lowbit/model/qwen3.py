@@ -11,6 +11,7 @@ from lowbit.model.llama import Model as Llama
 class Model(qwen2.Model):
     qk_norm = True
     features = frozenset({"sliding_window", "attention_bias"})
+    config_defaults = {**qwen2.Model.config_defaults, "head_dim": 128}
 
     @classmethod
     def attn_biases(cls, a: ModelArgs) -> tuple[str, ...]:
