@@ -269,3 +269,26 @@ def test_bad_rope_freqs_raise(tmp_path):
         p = write_gguf(tmp_path / "bad.gguf", cfg, weights, gguf_tensors={"rope_freqs.weight": bad})
         with pytest.raises(ValueError, match="rope_freqs.weight"):
             open_checkpoint(p)
+
+
+def test_rope_scaling_factor_without_type_is_linear(tmp_path):
+    """llama.cpp reads rope.scaling.factor (or the older rope.scale_linear) with rope.scaling.type defaulting to
+    linear; before, a factor without a type was dropped and plain RoPE ran without a word."""
+    import gguf
+
+    from lowbit.api import model_from_checkpoint
+    from tests.model.test_config_support import rewrite_gguf
+    VT = gguf.GGUFValueType
+    cfg = tiny_config()
+    plain = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg))
+    ids = [5, 17, 42, 99, 7, 250, 33, 12, 180, 64, 9, 3]
+    want = model_from_checkpoint(open_checkpoint(rewrite_gguf(plain, tmp_path / "linear.gguf", kv={
+        "llama.rope.scaling.type": ("linear", VT.STRING), "llama.rope.scaling.factor": (4.0, VT.FLOAT32)}))).logits(ids)
+    for key in ("llama.rope.scaling.factor", "llama.rope.scale_linear"):
+        ck = open_checkpoint(rewrite_gguf(plain, tmp_path / "x.gguf", kv={key: (4.0, VT.FLOAT32)}))
+        assert ck.config["rope_scaling"] == {"rope_type": "linear", "factor": 4.0}, key
+        assert np.array_equal(model_from_checkpoint(ck).logits(ids), want), key
+    assert np.abs(model_from_checkpoint(open_checkpoint(plain)).logits(ids) - want).max() > 1e-3
+    none = rewrite_gguf(plain, tmp_path / "none.gguf", kv={"llama.rope.scaling.type": ("none", VT.STRING),
+                                                            "llama.rope.scaling.factor": (4.0, VT.FLOAT32)})
+    assert open_checkpoint(none).config["rope_scaling"] is None  # llama.cpp never scales a type none

@@ -167,8 +167,10 @@ class GGUFCheckpoint(Checkpoint):
                 if len(set(cfg[key])) != 1:
                     raise ValueError(f"{self.path}: per-layer {key} {cfg[key]} is not supported")
                 cfg[key] = cfg[key][0]
-        kind, factor = g("rope.scaling.type"), g("rope.scaling.factor")
-        if kind and kind != "none" and factor and factor != 1.0:
+        # as llama.cpp reads them: the type defaults to linear, the factor to the older rope.scale_linear key
+        kind = g("rope.scaling.type") or "linear"
+        factor = g("rope.scaling.factor") if g("rope.scaling.factor") is not None else g("rope.scale_linear")
+        if kind != "none" and factor and factor != 1.0:
             cfg["rope_scaling"] = {"rope_type": kind, "factor": float(factor)}
             if g("rope.scaling.original_context_length"):
                 cfg["rope_scaling"]["original_max_position_embeddings"] = g("rope.scaling.original_context_length")
