@@ -98,6 +98,19 @@ def test_tiny_gguf_tokenizer(tmp_path):
         assert tok.decode(tok.encode(text)) == text.replace("<|im_start|>", "").replace("<|im_end|>", "")
 
 
+def test_gguf_without_add_bos_key_follows_llama_cpp(tmp_path):
+    """No tokenizer.ggml.add_bos_token (Llama 3 / Falcon 3 GGUFs from older converters): llama.cpp prepends BOS
+    for their pre-tokenizers, not for others; before, lowbit never did for byte-level BPE (prompts ran without
+    <|begin_of_text|>). The key, when present, decides."""
+    cfg = tiny_config()
+    weights = random_weights(cfg)
+    for pre, add_bos, want in (("llama-bpe", None, True), ("falcon3", None, True), ("llama-bpe", False, False),
+                               ("qwen2", None, False), ("smollm", None, False), ("qwen2", True, True)):
+        path = write_gguf(tmp_path / f"{pre}-{add_bos}.gguf", cfg, weights, pre=pre, add_bos=add_bos)
+        tok = open_checkpoint(path).tokenizer()
+        assert tok.add_bos is want and (tok.encode("hello")[0] == tok.bos_id) is want, (pre, add_bos)
+
+
 def test_sentencepiece_gguf_matches_transformers(tmp_path):
     transformers = pytest.importorskip("transformers")
     path = write_spm_gguf(tmp_path / "spm.gguf")

@@ -207,8 +207,9 @@ def gguf_name(name: str) -> str:
     return f"blk.{i}.{BLOCK[base]}.{kind}"
 
 
-def add_byte_bpe_tokenizer(w, vocab_size: int, pre: str = "gpt2") -> None:
-    """Writes byte_bpe_parts' tokenizer (gpt2 model, BOS 1, EOS 2, no BOS added, ChatML) into GGUFWriter w."""
+def add_byte_bpe_tokenizer(w, vocab_size: int, pre: str = "gpt2", add_bos: bool | None = False) -> None:
+    """Writes byte_bpe_parts' tokenizer (gpt2 model, BOS 1, EOS 2, ChatML) into GGUFWriter w; add_bos: the
+    tokenizer.ggml.add_bos_token key (None: not written)."""
     tokens, merges, ttypes = byte_bpe_parts(vocab_size)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
@@ -217,13 +218,14 @@ def add_byte_bpe_tokenizer(w, vocab_size: int, pre: str = "gpt2") -> None:
     w.add_token_merges(merges)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
     w.add_chat_template(CHATML)
 
 
 def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str, str] | None = None,
                arch: str = "llama", pre: str = "smollm", default_type: str = "F32",
-               raw: dict | None = None, gguf_tensors: dict | None = None) -> pathlib.Path:
+               raw: dict | None = None, gguf_tensors: dict | None = None, add_bos: bool | None = False) -> pathlib.Path:
     """A GGUF as llama.cpp writes it: Q/K rows permuted (arch llama), tokenizer metadata, quantized tensors.
 
     types: HF name -> GGML type name (F32, F16, Q8_0, Q4_0, TQ1_0, TQ2_0) for 2-D tensors (default default_type).
@@ -245,7 +247,7 @@ def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str,
     w.add_rope_dimension_count(full["head_dim"])
     w.add_layer_norm_rms_eps(full["rms_norm_eps"])
     w.add_rope_freq_base(full["rope_theta"])
-    add_byte_bpe_tokenizer(w, full["vocab_size"], pre)
+    add_byte_bpe_tokenizer(w, full["vocab_size"], pre, add_bos)
     for name, a in weights.items():
         if arch == "llama" and name.endswith("q_proj.weight"):
             a = permute_qk(a, full["num_attention_heads"])

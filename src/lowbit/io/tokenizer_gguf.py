@@ -22,6 +22,9 @@ _QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
 SPLITS = {name: _LLAMA3 for name in ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "smaug-bpe", "dbrx",
                                      "pixtral", "lfm2")}
 SPLITS.update({name: _QWEN2 for name in ("qwen2", "deepseek-r1-qwen", "megrez")})
+# byte-level BPE pre-tokenizers for which llama.cpp prepends BOS when tokenizer.ggml.add_bos_token is absent (Llama 3
+# and Falcon 3 GGUFs converted before gguf-py read the post-processor carry no such key)
+BOS_BY_DEFAULT = ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2")
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -113,7 +116,7 @@ def _tokenizer_from_gguf(ck) -> Tokenizer:
     unk_id = ck.get("tokenizer.ggml.unknown_token_id")
     if model == "gpt2":
         backend = byte_level_bpe(tokens, ck.get("tokenizer.ggml.merges") or [], ck.get("tokenizer.ggml.pre"))
-        default_bos = False
+        default_bos = ck.get("tokenizer.ggml.pre") in BOS_BY_DEFAULT
     elif model == "llama":
         unk = tokens[unk_id] if unk_id is not None and unk_id < len(tokens) else None
         backend = sentencepiece_bpe(tokens, ck.get("tokenizer.ggml.scores") or [], unk,
