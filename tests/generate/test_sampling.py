@@ -112,3 +112,20 @@ def test_negative_seed_is_refused_by_name():
     with pytest.raises(ValueError, match="seed must be a non-negative integer"):
         SamplingParams(temperature=1.0, seed=-1)
     assert SamplingParams(seed=np.uint32(5)).seed == 5
+
+
+@pytest.mark.parametrize("bad", [-2, -64, 1.5, True, "8"])
+def test_bad_repetition_window_is_refused(bad):
+    # -64 meant "the whole history" without a word, 1.5 sliced the history with a float
+    with pytest.raises(ValueError, match="repetition_window must be an integer >= -1"):
+        SamplingParams(repetition_penalty=1.3, repetition_window=bad)
+
+
+def test_repetition_window_zero_and_minus_one_take_the_whole_history():
+    logits = np.ones(6, np.float32)
+    history = [1, 2, 3, 4]
+    for w in (0, -1):
+        SamplingParams(repetition_window=w)  # accepted
+        out = apply_repetition_penalty(logits, history, 2.0, w)
+        np.testing.assert_array_equal(out, [1, 0.5, 0.5, 0.5, 0.5, 1])
+    np.testing.assert_array_equal(apply_repetition_penalty(logits, history, 2.0, 2), [1, 1, 1, 0.5, 0.5, 1])

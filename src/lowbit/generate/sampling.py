@@ -20,7 +20,8 @@ class SamplingParams:
     temperature: 0 means greedy (argmax); top_k: 0 = off; top_p: 1.0 = off, 0 = only the most likely token
     (as llama.cpp and HF: the prefix always keeps one); min_p: 0.0 = off
     (drop tokens below min_p x the best token's probability); repetition_penalty: 1.0 = off
-    (HF's rule over the last repetition_window ids of prompt + output); seed: None = fresh entropy.
+    (HF's rule over the last repetition_window ids of prompt + output; 0 or -1, llama.cpp's spelling: the whole
+    history); seed: None = fresh entropy.
     """
 
     temperature: float = 0.0
@@ -47,6 +48,10 @@ class SamplingParams:
             raise ValueError(f"top_p must be in [0, 1] (1: off, 0: only the most likely token), got {self.top_p}")
         if not 0.0 <= self.min_p < 1.0:
             raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
+        if (isinstance(self.repetition_window, bool) or not isinstance(self.repetition_window, (int, np.integer))
+                or self.repetition_window < -1):
+            raise ValueError(f"repetition_window must be an integer >= -1 (the last n ids; 0 or -1: the whole history), "
+                             f"got {self.repetition_window!r}")
         if self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
 
