@@ -41,10 +41,18 @@ def test_tied_embeddings_have_no_lm_head(tmp_path):
     cfg = tiny_config(tie_word_embeddings=True)
     weights = random_weights(cfg)
     assert "lm_head.weight" not in weights
-    write_hf(tmp_path, {**cfg, "tie_word_embeddings": False}, weights)  # config says untied; files decide
-    ck = open_checkpoint(tmp_path)
+    write_hf(tmp_path, {**cfg, "tie_word_embeddings": False}, weights)  # config says untied; files decide, aloud
+    with pytest.warns(UserWarning, match="tie_word_embeddings: false but no lm_head.weight is stored"):
+        ck = open_checkpoint(tmp_path)
     assert ck.config["tie_word_embeddings"] is True
     assert "lm_head.weight" not in ck.tensor_names()
+
+
+def test_tied_config_without_lm_head_loads_quietly(tmp_path, recwarn):
+    cfg = tiny_config(tie_word_embeddings=True)
+    write_hf(tmp_path, cfg, random_weights(cfg))
+    assert open_checkpoint(tmp_path).config["tie_word_embeddings"] is True
+    assert not [w for w in recwarn if "tie_word_embeddings" in str(w.message)]
 
 
 def test_unpack_matches_transformers_layout():

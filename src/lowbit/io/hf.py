@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 
 import numpy as np
 
@@ -67,6 +68,9 @@ class HFCheckpoint(Checkpoint):
         if self.sub_norms and raw.get("model_type") == "llama" and any("bitnet" in a for a in archs):
             raw = {**raw, "model_type": "bitnet"}  # 1bitLLM: llama config, BitNet sub-norms, SiLU
         if LM_HEAD not in self.where:
+            if raw.get("tie_word_embeddings") is False:  # transformers would leave lm_head random, with a warning
+                warnings.warn(f"{self.path}: config.json says tie_word_embeddings: false but no {LM_HEAD} is stored; "
+                              "the output projection uses the embedding (tied)", UserWarning, stacklevel=2)
             raw = {**raw, "tie_word_embeddings": True}
         self.config = normalize_config(raw, self.path / "config.json")
         self.linear_scale_mode = "multiply" if self.quant.get("linear_class") == "autobitlinear" else "divide"
