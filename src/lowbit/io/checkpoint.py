@@ -140,8 +140,9 @@ def read_json(path: pathlib.Path) -> dict:
 def normalize_config(raw: dict, where) -> dict:
     """Checks and completes a Hugging Face-style config (keys as in config.json).
 
-    Fills the architecture's transformers defaults (config.with_defaults), then num_key_value_heads, head_dim, rope_theta (also from transformers 5's rope_parameters),
-    rope_scaling, rms_norm_eps, hidden_act, max_position_embeddings, tie_word_embeddings defaults.
+    Fills the architecture's transformers defaults (config.with_defaults), then num_key_value_heads, head_dim,
+    rope_theta (also from transformers 5's rope_parameters), rope_scaling, rms_norm_eps, hidden_act,
+    max_position_embeddings, tie_word_embeddings defaults.
     Raises ValueError naming `where` for an unsupported model_type or missing sizes.
     """
     from lowbit.model.config import ARCH_ALIASES, check_supported, with_defaults

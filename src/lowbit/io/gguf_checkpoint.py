@@ -169,7 +169,9 @@ class GGUFCheckpoint(Checkpoint):
                 cfg[key] = cfg[key][0]
         # as llama.cpp reads them: the type defaults to linear, the factor to the older rope.scale_linear key
         kind = g("rope.scaling.type") or "linear"
-        factor = g("rope.scaling.factor") if g("rope.scaling.factor") is not None else g("rope.scale_linear")
+        factor = g("rope.scaling.factor")
+        if factor is None:
+            factor = g("rope.scale_linear")
         if kind != "none" and factor and factor != 1.0:
             cfg["rope_scaling"] = {"rope_type": kind, "factor": float(factor)}
             if g("rope.scaling.original_context_length"):
