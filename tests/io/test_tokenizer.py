@@ -123,6 +123,86 @@ def test_sentencepiece_gguf_matches_transformers(tmp_path):
         assert tok.decode(ids) == theirs.decode(ids, skip_special_tokens=True), text
 
 
+# ---- EOS appended with the special tokens (add_eos_token) ----
+
+def with_post_processor(d, bos: bool, eos: bool, config_key: bool | None) -> None:
+    """write_tokenizer's folder with a post-processor adding BOS (<|im_start|>) / EOS (<|endoftext|>) and
+    tokenizer_config's add_eos_token (None: left out)."""
+    from tokenizers import Tokenizer as Backend, processors
+    write_tokenizer(d)
+    backend = Backend.from_file(str(d / "tokenizer.json"))
+    ids = {t: backend.token_to_id(t) for t in ("<|im_start|>", "<|endoftext|>")}
+    single = " ".join(["<|im_start|>"] * bos + ["$A"] + ["<|endoftext|>"] * eos)
+    specials = [(t, i) for t, i, on in zip(ids, ids.values(), (bos, eos)) if on]
+    backend.post_processor = processors.TemplateProcessing(single=single, special_tokens=specials) if specials else None
+    backend.save(str(d / "tokenizer.json"))
+    tc = json.loads((d / "tokenizer_config.json").read_text())
+    if config_key is not None:
+        tc["add_eos_token"] = config_key
+    (d / "tokenizer_config.json").write_text(json.dumps(tc))
+
+
+@pytest.mark.parametrize("bos,eos,config_key", [(True, True, True), (True, True, None), (False, True, None),
+                                                (True, False, False), (True, False, None), (False, False, None)])
+def test_add_eos_matches_transformers(tmp_path, bos, eos, config_key):
+    """EOS appended where transformers appends it: a tokenizer.json whose post-processor adds EOS (what
+    transformers writes for add_eos_token: true) encoded without it before. add_bos=False: the text's own tokens."""
+    transformers = pytest.importorskip("transformers")
+    with_post_processor(tmp_path, bos, eos, config_key)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    tok = Tokenizer.from_hf_dir(tmp_path, {})
+    for text in TEXTS:
+        assert tok.encode(text) == theirs(text)["input_ids"], text
+        assert tok.encode(text, add_bos=False) == theirs(text, add_special_tokens=False)["input_ids"], text
+    assert (tok.add_bos, tok.add_eos) == (bos, eos) and tok.eos_token_id == tok.token_to_id("<|endoftext|>")
+    assert tok.encode("hi", add_eos=False)[-1:] != [tok.eos_token_id]
+    assert tok.encode("hi", add_bos=False, add_eos=True)[-1] == tok.eos_token_id
+
+
+def test_add_eos_token_in_config_only(tmp_path):
+    """tokenizer_config.json's add_eos_token decides when set, as add_bos_token does (transformers 4's Llama and
+    Gemma tokenizers and llama.cpp's convert_hf_to_gguf read it; transformers 5 reads only the post-processor,
+    which agrees in the files it saves); a lowbit save writes a post-processor that says the same."""
+    transformers = pytest.importorskip("transformers")
+    with_post_processor(tmp_path / "src", True, False, True)
+    tok = Tokenizer.from_hf_dir(tmp_path / "src", {})
+    eos = tok.token_to_id("<|endoftext|>")
+    assert tok.encode("hello") == [tok.bos_id, tok.token_to_id("hello"), eos] and tok.add_eos
+    with_post_processor(tmp_path / "off", True, True, False)
+    assert Tokenizer.from_hf_dir(tmp_path / "off", {}).encode("hello")[-1] != eos
+    tok.save(tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())["add_eos_token"] is True
+    again = Tokenizer.from_hf_dir(tmp_path / "out", {})
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "out"))
+    for text in TEXTS:
+        assert again.encode(text) == tok.encode(text) == theirs(text)["input_ids"], text
+
+
+@pytest.mark.parametrize("add_eos", [True, False, None])
+@pytest.mark.parametrize("kind", ["spm", "bpe"])
+def test_gguf_add_eos_token(tmp_path, kind, add_eos):
+    """tokenizer.ggml.add_eos_token: llama.cpp's llama_tokenize with add_special appends tokenizer.ggml.eos_token_id
+    (before: never); absent means false. Against transformers' GGUF tokenizer, and kept by a lowbit save."""
+    transformers = pytest.importorskip("transformers")
+    if kind == "spm":
+        path = write_spm_gguf(tmp_path / "m.gguf", add_eos=add_eos)
+    else:
+        cfg = tiny_config()
+        path = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg), pre="gpt2", add_bos=True, add_eos=add_eos)
+    tok = open_checkpoint(path).tokenizer()
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    assert tok.encode("hello") == theirs("hello")["input_ids"]
+    assert tok.add_eos is bool(add_eos) and tok.eos_token_id == 2
+    tok.save(tmp_path / "dir")
+    again = Tokenizer.from_hf_dir(tmp_path / "dir", {})
+    theirs_dir = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "dir"))
+    for text in ["hello world", " hello  world", "the caf\u00e9 12", ""]:
+        ids = tok.encode(text)
+        assert ids == theirs(text)["input_ids"] == again.encode(text) == theirs_dir(text)["input_ids"], text
+        assert (ids[-1] == 2) is bool(add_eos) and ids[0] == 1, text
+        assert tok.encode(text, add_bos=False) == theirs(text, add_special_tokens=False)["input_ids"], text
+
+
 @pytest.fixture(scope="module")
 def smollm2_tokenizers():
     transformers = pytest.importorskip("transformers")

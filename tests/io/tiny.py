@@ -207,9 +207,10 @@ def gguf_name(name: str) -> str:
     return f"blk.{i}.{BLOCK[base]}.{kind}"
 
 
-def add_byte_bpe_tokenizer(w, vocab_size: int, pre: str = "gpt2", add_bos: bool | None = False) -> None:
-    """Writes byte_bpe_parts' tokenizer (gpt2 model, BOS 1, EOS 2, ChatML) into GGUFWriter w; add_bos: the
-    tokenizer.ggml.add_bos_token key (None: not written)."""
+def add_byte_bpe_tokenizer(w, vocab_size: int, pre: str = "gpt2", add_bos: bool | None = False,
+                           add_eos: bool | None = None) -> None:
+    """Writes byte_bpe_parts' tokenizer (gpt2 model, BOS 1, EOS 2, ChatML) into GGUFWriter w; add_bos / add_eos:
+    the tokenizer.ggml.add_bos_token / add_eos_token keys (None: not written)."""
     tokens, merges, ttypes = byte_bpe_parts(vocab_size)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
@@ -220,12 +221,15 @@ def add_byte_bpe_tokenizer(w, vocab_size: int, pre: str = "gpt2", add_bos: bool 
     w.add_eos_token_id(2)
     if add_bos is not None:
         w.add_add_bos_token(add_bos)
+    if add_eos is not None:
+        w.add_add_eos_token(add_eos)
     w.add_chat_template(CHATML)
 
 
 def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str, str] | None = None,
                arch: str = "llama", pre: str = "smollm", default_type: str = "F32",
-               raw: dict | None = None, gguf_tensors: dict | None = None, add_bos: bool | None = False) -> pathlib.Path:
+               raw: dict | None = None, gguf_tensors: dict | None = None, add_bos: bool | None = False,
+               add_eos: bool | None = None) -> pathlib.Path:
     """A GGUF as llama.cpp writes it: Q/K rows permuted (arch llama), tokenizer metadata, quantized tensors.
 
     types: HF name -> GGML type name (F32, F16, Q8_0, Q4_0, TQ1_0, TQ2_0) for 2-D tensors (default default_type).
@@ -247,7 +251,7 @@ def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str,
     w.add_rope_dimension_count(full["head_dim"])
     w.add_layer_norm_rms_eps(full["rms_norm_eps"])
     w.add_rope_freq_base(full["rope_theta"])
-    add_byte_bpe_tokenizer(w, full["vocab_size"], pre, add_bos)
+    add_byte_bpe_tokenizer(w, full["vocab_size"], pre, add_bos, add_eos)
     for name, a in weights.items():
         if arch == "llama" and name.endswith("q_proj.weight"):
             a = permute_qk(a, full["num_attention_heads"])
@@ -271,8 +275,9 @@ def write_gguf(path, cfg: dict, weights: dict[str, np.ndarray], types: dict[str,
     return path
 
 
-def write_spm_gguf(path, cfg: dict | None = None) -> pathlib.Path:
-    """A GGUF with a tiny SentencePiece-BPE vocabulary (tokenizer.ggml.model = "llama", byte fallback)."""
+def write_spm_gguf(path, cfg: dict | None = None, add_eos: bool | None = None) -> pathlib.Path:
+    """A GGUF with a tiny SentencePiece-BPE vocabulary (tokenizer.ggml.model = "llama", byte fallback); add_eos:
+    the tokenizer.ggml.add_eos_token key (None: not written)."""
     import gguf
     pieces = ["\u2581", "h", "e", "l", "o", "w", "r", "d", "t", "\u2581h", "he", "ll", "llo", "hello", "\u2581hello",
               "\u2581w", "or", "\u2581wor", "ld", "\u2581world", "\u2581t", "th", "\u2581the", "a", "n", "\u2581a", "an",
@@ -297,6 +302,8 @@ def write_spm_gguf(path, cfg: dict | None = None) -> pathlib.Path:
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
+    if add_eos is not None:
+        w.add_add_eos_token(add_eos)
     for name, a in random_weights(cfg).items():
         w.add_tensor(gguf_name(name), a)
     w.write_header_to_file()

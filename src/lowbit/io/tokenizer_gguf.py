@@ -135,6 +135,9 @@ def _tokenizer_from_gguf(ck) -> Tokenizer:
     eos_id = ck.get("tokenizer.ggml.eos_token_id")
     eot_id = ck.get("tokenizer.ggml.eot_token_id")
     eos = [i for i in (eos_id, eot_id) if i is not None] + list(ck.get("tokenizer.ggml.eog_token_ids") or [])
+    # llama.cpp's llama_tokenize with add_special appends tokenizer.ggml.eos_token_id when add_eos_token is set
+    # (false by default for the gpt2 and llama tokenizer models)
     return Tokenizer(backend, bos_id=bos_id, eos_ids=eos, add_bos=bool(ck.get("tokenizer.ggml.add_bos_token", default_bos)),
                      chat_template=ck.get("tokenizer.chat_template"), unk_id=unk_id,
-                     pad_id=ck.get("tokenizer.ggml.padding_token_id"))
+                     pad_id=ck.get("tokenizer.ggml.padding_token_id"),
+                     add_eos=bool(ck.get("tokenizer.ggml.add_eos_token", False)), eos_token_id=eos_id)
