@@ -186,3 +186,38 @@ def test_in_memory_config_takes_the_same_defaults():
     t5 = {**bitnet, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}  # transformers 5 spelling
     assert ModelArgs.from_config(t5).rope_theta == 10000.0
     assert normalize_config(tiny_config(model_type="qwen2", sliding_window=16), "c")["use_sliding_window"] is False
+
+
+WINDOW_KEYS = [  # (family, config.json keys set after writing, layers that slide): each architecture reads the
+    # window keys transformers' config class for it has (before: use_sliding_window: false turned Mistral's,
+    # Phi-3's and Gemma 2's window off, and Phi-3 read layer_types; transformers keeps the window)
+    ("mistral", {"use_sliding_window": False}, [True, True]),
+    ("mistral", {"layer_types": ["full_attention", "sliding_attention"], "use_sliding_window": False},
+     [False, True]),  # transformers' AutoConfig makes it a Ministral config, which reads layer_types
+    ("phi3", {"use_sliding_window": False}, [True, True]),
+    ("phi3", {"layer_types": ["full_attention", "full_attention"]}, [True, True]),
+    ("gemma2", {"use_sliding_window": False}, [True, False]),
+    ("qwen2", {"sliding_window": 4, "use_sliding_window": True, "layer_types": ["full_attention", "sliding_attention"]},
+     [False, True]),
+]
+
+
+@pytest.mark.parametrize("family,keys,slides", WINDOW_KEYS, ids=[f"{f}-{'-'.join(k)}" for f, k, _ in WINDOW_KEYS])
+def test_sliding_window_keys_as_transformers_reads_them(tmp_path, family, keys, slides):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from lowbit.api import model_from_checkpoint
+    from tests.model.families import write_hf_family
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf, _ = write_hf_family(tmp_path / "hf", family)
+        cfg = json.loads((hf / "config.json").read_text())
+        cfg.update(keys)
+        (hf / "config.json").write_text(json.dumps(cfg))
+        tmodel = transformers.AutoModelForCausalLM.from_pretrained(hf, attn_implementation="eager").float().eval()
+    ids = [5, 17, 42, 99, 7, 250, 33, 12, 180, 64, 9, 3, 77, 140, 2, 8, 31, 4, 66, 21]  # longer than the windows
+    with torch.no_grad():
+        ref = tmodel(torch.tensor([ids])).logits[0].numpy()
+    ours = model_from_checkpoint(open_checkpoint(hf))
+    assert float(np.abs(ours.logits(ids) - ref).max()) < 5e-5
+    assert [b.window is not None for b in ours.layers] == slides

@@ -132,11 +132,31 @@ def _partial_rotary(cfg: dict) -> float:
     return 1.0 if v is None else float(v)
 
 
-def sliding_window_active(cfg: dict) -> bool:
-    """The config asks for sliding-window attention in some layer."""
-    if cfg.get("sliding_window") in (None, 0) or cfg.get("use_sliding_window", True) is False:
+# The config keys that can ask for sliding-window attention. Each architecture lists the ones transformers' config
+# class for it reads (Model.window_keys): Phi-3 only sliding_window (every layer), Mistral and Gemma 2 sliding_window
+# and layer_types (a Mistral config.json with layer_types loads as Ministral's), Qwen 2/3 also use_sliding_window.
+WINDOW_KEYS = ("sliding_window", "use_sliding_window", "layer_types")
+
+
+def window_keys(cfg: dict) -> tuple[str, ...]:
+    """The sliding-window keys transformers reads for cfg's model_type (all of them for an unknown one)."""
+    from lowbit.model import get_model_class
+
+    try:
+        return get_model_class(str(cfg.get("model_type", "")).lower()).window_keys
+    except ValueError:
+        return WINDOW_KEYS
+
+
+def sliding_window_active(cfg: dict, keys: tuple[str, ...] | None = None) -> bool:
+    """The config asks for sliding-window attention in some layer, reading only `keys` (default: the ones
+    transformers reads for cfg's model_type, window_keys)."""
+    keys = window_keys(cfg) if keys is None else keys
+    if cfg.get("sliding_window") in (None, 0):
         return False
-    types = cfg.get("layer_types")
+    if "use_sliding_window" in keys and not cfg.get("use_sliding_window", True):  # Qwen: sliding_window -> None
+        return False
+    types = cfg.get("layer_types") if "layer_types" in keys else None
     return not isinstance(types, list) or "sliding_attention" in types
 
 
@@ -190,7 +210,7 @@ def check_supported(cfg: dict, where="config") -> None:
     if rope not in cls.rope_types:
         problems.append(f"rope_scaling.rope_type={rope!r} (supported for {cfg.get('model_type')}: "
                         f"{', '.join(cls.rope_types)})")
-    types = cfg.get("layer_types")
+    types = cfg.get("layer_types") if "layer_types" in cls.window_keys else None  # what transformers reads
     if types is not None and (not isinstance(types, list) or len(types) != cfg.get("num_hidden_layers")):
         problems.append("layer_types is not a list with one entry per layer")
     elif isinstance(types, list) and any(t not in LAYER_TYPES for t in types):

@@ -25,6 +25,7 @@ class Model(llama.Model):
     config_defaults = {**llama.Model.config_defaults, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
                        "query_pre_attn_scalar": 256, "sliding_window": 4096, "tie_word_embeddings": True,
                        "head_dim": 256, "max_position_embeddings": 8192}
+    window_keys = ("sliding_window", "layer_types")  # transformers' Gemma2Config has no use_sliding_window
 
     def __init__(self, args, weights, **kw):
         cfg = args.extra

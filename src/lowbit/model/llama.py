@@ -22,7 +22,7 @@ import numpy as np
 
 from lowbit._runtime import single_threaded_blas
 from lowbit.formats import Activations, PackedWeight, matmul_many
-from lowbit.model.config import ModelArgs, check_supported, sliding_window_active
+from lowbit.model.config import WINDOW_KEYS, ModelArgs, check_supported, sliding_window_active
 from lowbit.model.kv_cache import KVCache, kv_dtype, kv_read, kv_write
 from lowbit.model.layers import ACTIVATIONS, Embedding, Linear, Rope, as_packed, rms_norm, soft_cap_, token_ids
 
@@ -168,6 +168,9 @@ class Model:
     rope_types = ("default", "linear", "llama3")
     # transformers' defaults for keys a config.json may leave out (config.with_defaults), where they change the math
     config_defaults = {"rms_norm_eps": 1e-6}
+    # the config keys transformers reads for a sliding window (config.WINDOW_KEYS; all of them where, as here, the
+    # architecture has none: check_supported refuses whichever asks for one)
+    window_keys = WINDOW_KEYS
     embed_scale: float | None = None  # Gemma 2: embeddings times sqrt(hidden)
     final_softcap: float | None = None  # Gemma 2: logits -> c * tanh(logits / c)
     attn_softcap: float | None = None
@@ -250,9 +253,9 @@ class Model:
 
         A window at least as long as the context this model runs changes nothing and is dropped."""
         cfg = self.args.extra
-        if not sliding_window_active(cfg):
+        if not sliding_window_active(cfg, self.window_keys):
             return None
-        types = cfg.get("layer_types") or self.default_layer_types()
+        types = (cfg.get("layer_types") if "layer_types" in self.window_keys else None) or self.default_layer_types()
         if types[i] != "sliding_attention":
             return None
         w = int(cfg["sliding_window"])

@@ -1,7 +1,7 @@
 """Phi-3 / Phi-3.5-mini (model_type "phi3"): the Llama decoder whose checkpoints fuse q/k/v into
 self_attn.qkv_proj [q + 2 kv, hidden] and gate/up into mlp.gate_up_proj [2 inter, hidden] (gate first); the
 checkpoint readers split them into the usual names (io.checkpoint.FUSED). Sliding window over every layer
-when the config sets one (Phi-3-mini-4k: 2047). RoPE "longrope" (also spelled "su"): per-frequency
+when the config sets one (Phi-3-mini-4k: 2047; sliding_window alone decides, as in transformers' Phi3Config). RoPE "longrope" (also spelled "su"): per-frequency
 divisors, `short_factor` while the context stays within original_max_position_embeddings and `long_factor`
 beyond it, with cos/sin scaled by sqrt(1 + ln(factor) / ln(original)) (transformers' attention_factor).
 transformers picks the set from the current sequence length; lowbit's cache is static, so it picks by the
@@ -35,6 +35,7 @@ class Model(llama.Model):
     features = frozenset({"sliding_window"})
     rope_types = ("default", "linear", "longrope", "su")
     config_defaults = {"rms_norm_eps": 1e-5, "max_position_embeddings": 4096, "original_max_position_embeddings": 4096}
+    window_keys = ("sliding_window",)
 
     def __init__(self, args, weights, tokenizer=None, max_context=None, **kw):
         rp = args.rope_scaling or {}

@@ -12,6 +12,7 @@ class Model(llama.Model):
     features = frozenset({"sliding_window"})
     config_defaults = {**llama.Model.config_defaults, "use_sliding_window": False, "max_window_layers": 28,
                        "max_position_embeddings": 32768}
+    window_keys = ("sliding_window", "use_sliding_window", "layer_types")
 
     @classmethod
     def attn_biases(cls, a: ModelArgs) -> tuple[str, ...]:
