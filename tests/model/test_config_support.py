@@ -221,3 +221,59 @@ def test_sliding_window_keys_as_transformers_reads_them(tmp_path, family, keys, 
     ours = model_from_checkpoint(open_checkpoint(hf))
     assert float(np.abs(ours.logits(ids) - ref).max()) < 5e-5
     assert [b.window is not None for b in ours.layers] == slides
+
+
+ROPE_KEYS = [  # config.json RoPE keys written over the family's, as transformers 5 reads them (config.rope_parameters)
+    {"rope_theta": 1000.0},  # beside rope_parameters' 10000: rope_parameters wins (before: the top-level one)
+    {"rope_theta": 1000.0, "rope_parameters": None},  # the top-level one alone
+    {"rope_theta": None, "rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}},  # rope_parameters alone
+    {"rope_scaling": {"rope_type": "linear", "factor": 2.0, "rope_theta": 40000.0},  # rope_scaling replaces
+     "rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000.0}},  # rope_parameters whole
+    {"rope_scaling": {"rope_type": "linear", "factor": 2.0},  # and its theta is not read: the default is
+     "rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}},
+    {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_theta": 40000.0,
+     "rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}},
+    {"rope_scaling": {}, "rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000.0}},
+]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral"])
+@pytest.mark.parametrize("keys", ROPE_KEYS, ids=range(len(ROPE_KEYS)))
+def test_rope_theta_and_scaling_as_transformers_reads_them(tmp_path, family, keys):
+    """rope_theta at the top level vs rope_parameters.rope_theta, rope_scaling vs rope_parameters: lowbit reads
+    the one transformers 5 reads (before: a top-level rope_theta beat rope_parameters', logits 1.5 apart)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from lowbit.api import model_from_checkpoint
+    from lowbit.model.config import ModelArgs
+    from tests.model.families import write_hf_family
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf, _ = write_hf_family(tmp_path / "hf", family, max_position_embeddings=256)
+        cfg = json.loads((hf / "config.json").read_text())
+        for k, v in keys.items():
+            if v is None:
+                cfg.pop(k, None)
+            else:
+                cfg[k] = v
+        (hf / "config.json").write_text(json.dumps(cfg))
+        tmodel = transformers.AutoModelForCausalLM.from_pretrained(hf, attn_implementation="eager").float().eval()
+    ids = [5, 17, 42, 99, 7, 250, 33, 12, 180, 64, 9, 3, 77, 140, 2, 8, 31, 4, 66, 21] * 3
+    with torch.no_grad():
+        ref = tmodel(torch.tensor([ids])).logits[0].numpy()
+    ours = model_from_checkpoint(open_checkpoint(hf))
+    assert float(np.abs(ours.logits(ids) - ref).max()) < 5e-5
+    want = tmodel.config.rope_parameters
+    for args in (ours.args, ModelArgs.from_config(cfg)):  # the checkpoint reader and the in-memory path
+        assert args.rope_theta == want["rope_theta"]
+        assert (args.rope_scaling or {}).get("factor") == want.get("factor")
+
+
+def test_partial_rotary_factor_in_rope_parameters_is_read():
+    """transformers reads partial_rotary_factor from rope_parameters first: a top-level 1.0 beside it does not
+    hide it from check_supported (before: accepted, and run with full rotary)."""
+    rp = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+    with pytest.raises(ValueError, match="partial_rotary_factor"):
+        normalize_config(tiny_config(partial_rotary_factor=1.0, rope_parameters=rp), "config.json")
+    normalize_config(tiny_config(partial_rotary_factor=0.5, rope_parameters={**rp, "partial_rotary_factor": 1.0}),
+                     "config.json")

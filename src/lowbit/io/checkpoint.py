@@ -141,11 +141,12 @@ def normalize_config(raw: dict, where) -> dict:
     """Checks and completes a Hugging Face-style config (keys as in config.json).
 
     Fills the architecture's transformers defaults (config.with_defaults), then num_key_value_heads, head_dim,
-    rope_theta (also from transformers 5's rope_parameters), rope_scaling, rms_norm_eps, hidden_act,
+    rope_theta and rope_scaling (as transformers 5 reads them from rope_parameters / rope_scaling / rope_theta:
+    config.rope_parameters), rms_norm_eps, hidden_act,
     max_position_embeddings, tie_word_embeddings defaults.
     Raises ValueError naming `where` for an unsupported model_type or missing sizes.
     """
-    from lowbit.model.config import ARCH_ALIASES, check_supported, with_defaults
+    from lowbit.model.config import ARCH_ALIASES, check_supported, rope_parameters, rope_scaling, with_defaults
 
     cfg = dict(raw)
     mt = str(cfg.get("model_type", "")).lower()
@@ -171,12 +172,8 @@ def normalize_config(raw: dict, where) -> dict:
     if cfg["head_dim"] <= 0 or (not raw.get("head_dim") and cfg["hidden_size"] % cfg["num_attention_heads"]):
         raise ValueError(f"{where}: hidden_size {cfg['hidden_size']} is not a multiple of num_attention_heads "
                          f"{cfg['num_attention_heads']} and the config gives no positive head_dim")
-    rope = cfg.get("rope_parameters") or {}
-    cfg["rope_theta"] = float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0)
-    scaling = cfg.get("rope_scaling")
-    if scaling is None and rope.get("rope_type", "default") != "default":
-        scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
-    cfg["rope_scaling"] = scaling
+    cfg["rope_theta"] = float(rope_parameters(cfg).get("rope_theta") or 10000.0)  # as transformers 5 reads them
+    cfg["rope_scaling"] = rope_scaling(cfg)
     cfg["rms_norm_eps"] = float(cfg.get("rms_norm_eps") or 1e-6)
     if mt == "gemma2":  # transformers' Gemma 2 reads hidden_activation
         cfg["hidden_act"] = cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh"

@@ -63,17 +63,16 @@ class ModelArgs:
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelArgs":
-        """Builds args from a config.json dict (transformers 4 or 5 spelling of the RoPE settings)."""
+        """Builds args from a config.json dict (transformers 4 or 5 spelling of the RoPE settings, read as
+        transformers 5 reads them: rope_parameters())."""
         config = with_defaults(config)
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "rope_theta", "rope_scaling"}
         kw = {k: v for k, v in config.items() if k in names and v is not None}
-        # transformers 5 writes rope_parameters = {"rope_type", "rope_theta", "factor", ...}
-        rp = config.get("rope_parameters")
-        if isinstance(rp, dict):
-            if "rope_theta" in rp:
-                kw.setdefault("rope_theta", rp["rope_theta"])
-            if rp.get("rope_type", rp.get("type", "default")) != "default" and not kw.get("rope_scaling"):
-                kw["rope_scaling"] = dict(rp)
+        theta, scaling = rope_parameters(config).get("rope_theta"), rope_scaling(config)
+        if theta is not None:
+            kw["rope_theta"] = theta
+        if scaling is not None:
+            kw["rope_scaling"] = scaling
         if config.get("share_embedding"):  # MobileLLM's spelling of tied embeddings
             kw["tie_word_embeddings"] = True
         return cls(**kw, extra=dict(config))
@@ -105,10 +104,30 @@ def with_defaults(cfg: dict) -> dict:
     except ValueError:
         return cfg
     missing = {k: v for k, v in defaults.items() if k not in cfg}
-    rp = cfg.get("rope_parameters")
-    if isinstance(rp, dict) and "rope_theta" in rp:  # transformers 5 keeps rope_theta there
-        missing.pop("rope_theta", None)
     return {**cfg, **missing} if missing else cfg
+
+
+def rope_parameters(cfg: dict) -> dict:
+    """The RoPE settings as transformers 5 runs them (its config.rope_parameters), one dict: a non-empty
+    rope_scaling (transformers 4's key) replaces rope_parameters (transformers 5's) whole, and the top-level
+    rope_theta / partial_rotary_factor fill in only what that dict leaves out. So rope_parameters.rope_theta
+    wins over a top-level rope_theta that disagrees, and beside a rope_scaling without one, rope_parameters'
+    rope_theta is not read (the top-level one, else the architecture's default, is)."""
+    rp = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    rp = dict(rp) if isinstance(rp, dict) else {}
+    for key in ("rope_theta", "partial_rotary_factor"):
+        if rp.get(key) is None and cfg.get(key) is not None:
+            rp[key] = cfg[key]
+    return rp
+
+
+def rope_scaling(cfg: dict) -> dict | None:
+    """rope_parameters() without rope_theta when it asks for a scaled RoPE (rope_type other than default), else
+    None: what ModelArgs.rope_scaling and layers.rope_inv_freq take."""
+    rp = rope_parameters(cfg)
+    if str(rp.get("rope_type", rp.get("type", "default")) or "default") == "default":
+        return None
+    return {k: v for k, v in rp.items() if k != "rope_theta"}
 
 
 # ---- what the runtime implements --------------------------------------------------------------------
@@ -116,19 +135,13 @@ def with_defaults(cfg: dict) -> dict:
 # architecture module declares the features it implements (Model.features); check_supported() refuses a
 # config that asks for any other one, naming the key, so nothing is silently dropped. The one list.
 
-def _rope_params(cfg: dict) -> dict:
-    """rope_scaling (transformers 4) or rope_parameters (transformers 5), as one dict."""
-    rp = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    return rp if isinstance(rp, dict) else {}
-
-
 def _rope_type(cfg: dict) -> str:
-    rp = _rope_params(cfg)
+    rp = rope_parameters(cfg)
     return str(rp.get("rope_type", rp.get("type", "default")) or "default")
 
 
 def _partial_rotary(cfg: dict) -> float:
-    v = cfg.get("partial_rotary_factor", _rope_params(cfg).get("partial_rotary_factor", 1.0))
+    v = rope_parameters(cfg).get("partial_rotary_factor", 1.0)
     return 1.0 if v is None else float(v)
 
 

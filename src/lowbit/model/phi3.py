@@ -15,12 +15,13 @@ import math
 import warnings
 
 from lowbit.model import llama
+from lowbit.model.config import rope_parameters
 from lowbit.model.layers import Rope
 
 
 def longrope_settings(cfg: dict, max_context: int) -> tuple[dict, float]:
     """(scaling dict for rope_inv_freq, attention factor) of a longrope config for this context."""
-    rp = dict(cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
+    rp = rope_parameters(cfg)
     original = int(rp.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings")
                    or cfg["max_position_embeddings"])
     factor = rp.get("factor") or cfg["max_position_embeddings"] / original
