@@ -185,3 +185,54 @@ def test_cache_entry_that_is_not_an_export_is_rebuilt(hf_dir):
     (out / "leftover.bin").write_bytes(b"x")
     llm = lowbit.load(hf_dir, backend="openvino", format="f32", max_context=24, progress=False)
     assert llm.path == out and (out / MANIFEST).is_file() and not (out / "leftover.bin").exists()
+
+
+REFUSED = [  # (family, config overrides, export max_seq_len, text the error names): what the graph does not build
+    ("gemma2", {}, 64, "soft-capping"),  # before: KeyError 'gelu_pytorch_tanh'; with a silu config, logits 4 apart
+    ("qwen3", {}, 64, "q_norm"),  # before: exported without q/k norms, logits 1.4 apart
+    ("mistral", {}, 64, "sliding_window 8"),  # before: attended past the window, logits 3.8 apart
+    ("phi3", {"sliding_window": None}, 64, "'longrope'"),  # before: KeyError 'factors'
+]
+
+
+@pytest.mark.parametrize("family,over,max_seq_len,text", REFUSED, ids=[r[0] for r in REFUSED])
+def test_what_the_graph_does_not_build_is_refused(tmp_path, family, over, max_seq_len, text):
+    """Gemma 2's soft-capping (and the rest of its decoder), Qwen 3's q/k norms, a sliding window shorter than
+    the export, longrope: the graph builds none of them, so export and load refuse the model by name."""
+    import warnings
+
+    from tests.model.families import write_hf_family
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf, _ = write_hf_family(tmp_path / "hf", family, **over)
+    with pytest.raises(ValueError, match="OpenVINO backend does not build") as e:
+        export(hf, tmp_path / "ov", weights="f32", max_seq_len=max_seq_len, progress=False)
+    assert text in str(e.value) and not (tmp_path / "ov").exists()
+    with pytest.raises(ValueError, match=text):
+        lowbit.load(hf, backend="openvino", format="f32", max_context=max_seq_len, progress=False)
+
+
+def test_export_from_before_the_check_is_refused(f32_export, tmp_path):
+    """An export lowbit made before it refused such models (e.g. a Qwen 3 without its q/k norms) does not load."""
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(f32_export, old)
+    cfg = json.loads((old / "config.json").read_text())
+    (old / "config.json").write_text(json.dumps({**cfg, "model_type": "qwen3"}))
+    with pytest.raises(ValueError, match="q_norm"):
+        OpenVINOModel(old)
+
+
+def test_window_at_least_the_export_runs(tmp_path):
+    """A sliding window at least as long as the export's cache changes nothing: exported, equal to lowbit's."""
+    import warnings
+
+    from tests.model.families import write_hf_family
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf, _ = write_hf_family(tmp_path / "hf", "mistral", sliding_window=16)
+    out = export(hf, tmp_path / "ov", weights="f32", max_seq_len=16, progress=False)
+    ids = list(range(3, 17))
+    ref = model_from_checkpoint(open_checkpoint(hf), max_context=16)
+    np.testing.assert_allclose(OpenVINOModel(out, precision="f32").logits(ids), ref.logits(ids), atol=LOGIT_ATOL, rtol=0)

@@ -124,10 +124,9 @@ def rope_parameters(cfg: dict) -> dict:
 def rope_scaling(cfg: dict) -> dict | None:
     """rope_parameters() without rope_theta when it asks for a scaled RoPE (rope_type other than default), else
     None: what ModelArgs.rope_scaling and layers.rope_inv_freq take."""
-    rp = rope_parameters(cfg)
-    if str(rp.get("rope_type", rp.get("type", "default")) or "default") == "default":
+    if rope_type(cfg) == "default":
         return None
-    return {k: v for k, v in rp.items() if k != "rope_theta"}
+    return {k: v for k, v in rope_parameters(cfg).items() if k != "rope_theta"}
 
 
 # ---- what the runtime implements --------------------------------------------------------------------
@@ -135,7 +134,8 @@ def rope_scaling(cfg: dict) -> dict | None:
 # architecture module declares the features it implements (Model.features); check_supported() refuses a
 # config that asks for any other one, naming the key, so nothing is silently dropped. The one list.
 
-def _rope_type(cfg: dict) -> str:
+def rope_type(cfg: dict) -> str:
+    """The RoPE type the config asks for (rope_parameters()), "default" when none."""
     rp = rope_parameters(cfg)
     return str(rp.get("rope_type", rp.get("type", "default")) or "default")
 
@@ -219,7 +219,7 @@ def check_supported(cfg: dict, where="config") -> None:
             continue
         if active and feature not in cls.features:
             problems.append(f"{keys} ({feature})")
-    rope = _rope_type(cfg)
+    rope = rope_type(cfg)
     if rope not in cls.rope_types:
         problems.append(f"rope_scaling.rope_type={rope!r} (supported for {cfg.get('model_type')}: "
                         f"{', '.join(cls.rope_types)})")

@@ -82,6 +82,9 @@ class OpenVINOModel:
         self.path = pathlib.Path(path)
         self.manifest = m = read_manifest(self.path)
         cfg = json.loads((self.path / "config.json").read_text())
+        from lowbit.openvino.graph import check_graph_supports
+
+        check_graph_supports(cfg, int(m["max_seq_len"]), self.path)  # an export made before lowbit refused it
         self.args = ModelArgs.from_config(cfg)
         from lowbit.io.tokenizer import Tokenizer
 

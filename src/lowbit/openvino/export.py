@@ -81,7 +81,9 @@ def export(src, out, weights: str = "int4", group_size: int | None = None, max_s
     import openvino as ov
 
     from lowbit.io.checkpoint import EMBED, FINAL_NORM, LM_HEAD, is_linear, open_checkpoint
-    from lowbit.openvino.graph import WEIGHT_TYPES, as_weight, embed_model, head_model, layers_model
+    from lowbit.openvino.graph import (
+        WEIGHT_TYPES, as_weight, check_graph_supports, embed_model, head_model, layers_model,
+    )
 
     if weights not in WEIGHT_TYPES:
         raise ValueError(f"unknown OpenVINO weight type {weights!r}; choose one of {', '.join(WEIGHT_TYPES)}")
@@ -100,6 +102,7 @@ def export(src, out, weights: str = "int4", group_size: int | None = None, max_s
                                     "replace it")
     ck = open_checkpoint(src)
     cfg = dict(ck.config)
+    check_graph_supports(cfg, max_seq_len, ck.path)
     names = set(ck.tensor_names())
     embed_w, head_w = side_weights(weights)
     plan = chunk_plan(cfg["num_hidden_layers"], chunk_layers)

@@ -164,6 +164,41 @@ class LayerInputs:
         return [self.x, self.mask, self.cos, self.sin, self.pos]
 
 
+# What decoder_layer() builds: the Llama decoder (BitNet's sub-norms and relu2, optional biases: Qwen 2's q/k/v,
+# attention_bias, mlp_bias; Phi-3's fused projections arrive split by the checkpoint reader), full causal attention
+# over the cache, RoPE default / linear / llama3. check_graph_supports refuses a model that needs anything else.
+GRAPH_ARCHS = ("llama", "bitnet", "qwen2", "mistral", "phi3")
+GRAPH_ROPE_TYPES = ("default", "linear", "llama3")
+NOT_BUILT = {  # lowbit architecture -> what its decoder has that the graph does not build
+    "gemma2": "attention and final logit soft-capping (attn_logit_softcapping, final_logit_softcapping), "
+              "query_pre_attn_scalar, (1 + w) RMSNorms before and after attention and MLP, scaled embeddings, "
+              "GeGLU, sliding-window layers",
+    "qwen3": "RMSNorm of each q and k head (q_norm, k_norm)",
+}
+
+
+def check_graph_supports(cfg: dict, max_seq_len: int, where) -> None:
+    """Raises ValueError naming what a model (its normalized config.json) needs that the OpenVINO graph does not
+    build, rather than exporting or running it wrong: an architecture other than GRAPH_ARCHS (Gemma 2's
+    soft-capping...), a sliding window shorter than the export's max_seq_len, another RoPE type, another activation."""
+    from lowbit.model.config import ARCH_ALIASES, rope_type, sliding_window_active
+
+    arch = ARCH_ALIASES.get(str(cfg.get("model_type", "")).lower(), cfg.get("model_type"))
+    problems = []
+    if arch not in GRAPH_ARCHS:
+        problems.append(f"model_type {cfg.get('model_type')!r} ({NOT_BUILT.get(arch, 'not a Llama-style decoder')})")
+    elif sliding_window_active(cfg) and int(cfg["sliding_window"]) < max_seq_len:
+        problems.append(f"sliding_window {cfg['sliding_window']} (shorter than the {max_seq_len} tokens of the export; "
+                        "the graph attends to the whole cache: export with --max-seq-len at most the window)")
+    if rope_type(cfg) not in GRAPH_ROPE_TYPES:
+        problems.append(f"RoPE type {rope_type(cfg)!r} (the graph has {', '.join(GRAPH_ROPE_TYPES)})")
+    if arch in GRAPH_ARCHS and cfg.get("hidden_act", "silu") not in ACTIVATIONS:
+        problems.append(f"hidden_act {cfg.get('hidden_act')!r} (the graph has {', '.join(ACTIVATIONS)})")
+    if problems:
+        raise ValueError(f"{where}: the OpenVINO backend does not build what this model needs: {'; '.join(problems)}. "
+                         "Run it with lowbit's own backend")
+
+
 def decoder_layer(inp: LayerInputs, x: ov.Output, i: int, get, cfg: dict, slots: int, sinks: list) -> ov.Output:
     """One decoder layer on x [1, T, hidden]; its cache Assigns are appended to `sinks`.
 
