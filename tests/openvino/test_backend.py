@@ -236,3 +236,22 @@ def test_window_at_least_the_export_runs(tmp_path):
     ids = list(range(3, 17))
     ref = model_from_checkpoint(open_checkpoint(hf), max_context=16)
     np.testing.assert_allclose(OpenVINOModel(out, precision="f32").logits(ids), ref.logits(ids), atol=LOGIT_ATOL, rtol=0)
+
+
+def test_rope_freqs_of_a_llama3_gguf(tmp_path):
+    """A Llama 3.1/3.2 GGUF carries its llama3 RoPE scaling as rope_freqs.weight (config rope_freq_factors): the
+    backend's RoPE tables divide by them as lowbit's own do (before: dropped, plain RoPE without a word)."""
+    from lowbit.model.dummy import dummy_weights
+    from tests.io.tiny import llama3_rope_factors, tiny_config, write_gguf
+
+    scaling = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=16)
+    cfg = tiny_config(max_position_embeddings=64)
+    factors = llama3_rope_factors(16, cfg["rope_theta"], scaling)
+    path = write_gguf(tmp_path / "m.gguf", cfg, dummy_weights(cfg, seed=1, std=0.3),
+                      gguf_tensors={"rope_freqs.weight": factors})
+    out = export(path, tmp_path / "ov", weights="f32", max_seq_len=48, progress=False)
+    ids = list(range(3, 43))
+    ref = model_from_checkpoint(open_checkpoint(path), max_context=48)
+    assert ref.args.rope_freq_factors is not None
+    np.testing.assert_allclose(OpenVINOModel(out, precision="f32").logits(ids), ref.logits(ids), atol=LOGIT_ATOL, rtol=0)

@@ -116,7 +116,7 @@ class OpenVINOModel:
         self.slots = int(m["cache_slots"])
         self.cache = CacheIndex(self.max_context)
         a = self.args
-        self.rope = Rope(a.head_dim, self.max_context, a.rope_theta, a.rope_scaling)
+        self.rope = Rope(a.head_dim, self.max_context, a.rope_theta, a.rope_scaling, a.rope_freq_factors)
         kinds = [c["kind"] for c in m["chunks"]]
         dims = dict(hidden=a.hidden_size, hd=a.head_dim, slots=self.slots, vocab=a.vocab_size)
 
