@@ -18,7 +18,9 @@ def reference(pw: Int6Weight, x: np.ndarray) -> np.ndarray:
     return int_matmul(pw.unpacked_codes(), a, b, pw.group, q, sx, sq)
 
 
-@pytest.mark.parametrize("shape", [(192, 576, 1), (100, 200, 3), (77, 130, 5), (64, 64, 1), (250, 1024, 9), (33, 960, 2)],
+# 1100 rows: 18 row blocks, past one run of kHiBlocks (16) before the planes alternate
+@pytest.mark.parametrize("shape", [(192, 576, 1), (100, 200, 3), (77, 130, 5), (64, 64, 1), (250, 1024, 9), (33, 960, 2),
+                                   (1100, 96, 1), (1100, 160, 3)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_matmul_matches_reference(isa, shape, rng):
     m, k, n = shape
