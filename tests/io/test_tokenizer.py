@@ -223,3 +223,22 @@ def test_smollm2_gguf_tokenizer_matches_transformers(smollm2_tokenizers):
         assert ids == theirs.encode(text), text
         assert tok.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
         assert tok.decode(ids, skip_special=False) == text
+
+
+def test_template_eos_token_is_the_tokenizers_own(tmp_path):
+    # Llama 3 style: tokenizer_config's eos_token (<|im_end|> here, <|eot_id|> there) is not the smallest of the
+    # generation config's eos ids (<|endoftext|> here, <|end_of_text|> there); a template's {{ eos_token }} is the former
+    transformers = pytest.importorskip("transformers")
+    write_tokenizer(tmp_path)
+    tc = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    tc["eos_token"] = "<|im_end|>"
+    tc["chat_template"] = "{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(tc))
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    ids = [theirs.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>")]
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": ids}))
+    tok = Tokenizer.from_hf_dir(tmp_path, {})
+    assert tok.eos_ids >= set(ids) and min(tok.eos_ids) == ids[0]
+    want = theirs.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=False)
+    assert "<|im_end|>" in want
+    assert tok.apply_chat_template(MESSAGES, add_generation_prompt=False) == want

@@ -93,8 +93,9 @@ class Tokenizer:
 
     @property
     def eos_id(self) -> int | None:
-        """The primary EOS (smallest of eos_ids), for places that need one."""
-        return min(self.eos_ids) if self.eos_ids else None
+        """The primary EOS: the tokenizer's own eos_token (tokenizer_config.json, the GGUF's eos_token_id), else the
+        smallest of eos_ids."""
+        return self.eos_token_id
 
     def id_to_token(self, i: int | None) -> str | None:
         return None if i is None else self.backend.id_to_token(int(i))
@@ -125,7 +126,7 @@ class Tokenizer:
         if not self.chat_template:
             raise ValueError("this tokenizer has no chat template; format the prompt yourself (lowbit run)")
         template = self._compiled_template()
-        ctx = {"bos_token": self.id_to_token(self.bos_id) or "", "eos_token": self.id_to_token(self.eos_id) or "",
+        ctx = {"bos_token": self.id_to_token(self.bos_id) or "", "eos_token": self.id_to_token(self.eos_token_id) or "",
                "unk_token": self.id_to_token(self.unk_id), "pad_token": self.id_to_token(self.pad_id),
                "tools": None, "documents": None, **kwargs}
         try:
