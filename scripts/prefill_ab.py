@@ -10,7 +10,6 @@ short runs is what a variant costs when it gets the cores; the median shows whet
 machine's other load. A model of random weights in --format (ternary by default), as `lowbit bench e2e --shape`."""
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -18,17 +17,12 @@ import numpy as np
 
 import lowbit
 from lowbit.bench.e2e import shape_model
-from lowbit.bench.shapes import MODEL_SHAPES
+from prefill_gemm_ab import variant_parser  # scripts/ is sys.path[0] when run as a script
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("variants", nargs="*", default=["0"])
-    ap.add_argument("-t", "--threads", type=int, default=1)
-    ap.add_argument("--shape", default="bitnet-0.7b", choices=sorted(MODEL_SHAPES))
-    ap.add_argument("--format", default="ternary")
+    ap = variant_parser(__doc__)
     ap.add_argument("-p", "--prompt", type=int, default=128, help="prompt tokens (default 128)")
-    ap.add_argument("--seconds", type=float, default=60, help="how long to alternate (default 60)")
     o = ap.parse_args()
     lowbit.set_threads(o.threads)
     model, _ = shape_model(o.shape, o.format, max_context=max(1024, o.prompt + 1))

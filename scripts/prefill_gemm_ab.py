@@ -31,14 +31,21 @@ def layer_shapes(shape: str) -> list[tuple[int, int]]:
     return [(h, h), (kv, h), (kv, h), (h, h), (f, h), (f, h), (h, f)]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def variant_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of the kernel-variant A/B scripts (this one, prefill_ab.py): variants, threads, shape, format,
+    seconds."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("variants", nargs="*", default=["0"])
     ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("--shape", default="bitnet-0.7b", choices=sorted(MODEL_SHAPES))
     ap.add_argument("--format", default="ternary")
-    ap.add_argument("-n", "--tokens", type=int, default=128)
     ap.add_argument("--seconds", type=float, default=60, help="how long to alternate (default 60)")
+    return ap
+
+
+def main() -> int:
+    ap = variant_parser(__doc__)
+    ap.add_argument("-n", "--tokens", type=int, default=128)
     o = ap.parse_args()
     lowbit.set_threads(o.threads)
     rng = np.random.default_rng(0)
