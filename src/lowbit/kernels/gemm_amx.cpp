@@ -67,7 +67,6 @@ struct AmxSlice {
   // N = 16 and 128): 64 is best; longer slices move the C tiles less often but read the panel from L2.
   static constexpr int kSteps = 64;
   static constexpr bool kGfni = true;       // every AMX CPU has GFNI (has_amx checks it)
-  static constexpr bool kOverwrites = true;  // writes every row's sums at the group's last slice
   static constexpr bool kDirect8 = true;     // tile loads take any address: 8-bit codes read as packed
   static constexpr int64_t kTileTokens = 0;  // the last slice in one call (not measured a tile at a time on AMX)
   // The loaded tile configuration (R * 64 + KB), 0 for none: set by the first block of each call.
