@@ -94,16 +94,23 @@ class ModelArgs:
         return {int(e)} if isinstance(e, int) else {int(i) for i in e}
 
 
-def with_defaults(cfg: dict) -> dict:
-    """cfg with its architecture's defaults (Model.config_defaults: transformers' config class defaults) for the
-    keys it leaves out. A key the config sets, even to null, is kept; an unknown model_type is left as is."""
+def _model_class(cfg: dict):
+    """The architecture module's Model class for cfg's model_type, None for an unknown one."""
     from lowbit.model import get_model_class
 
     try:
-        defaults = get_model_class(str(cfg.get("model_type", "")).lower()).config_defaults
+        return get_model_class(str(cfg.get("model_type", "")).lower())
     except ValueError:
+        return None
+
+
+def with_defaults(cfg: dict) -> dict:
+    """cfg with its architecture's defaults (Model.config_defaults: transformers' config class defaults) for the
+    keys it leaves out. A key the config sets, even to null, is kept; an unknown model_type is left as is."""
+    cls = _model_class(cfg)
+    if cls is None:
         return cfg
-    missing = {k: v for k, v in defaults.items() if k not in cfg}
+    missing = {k: v for k, v in cls.config_defaults.items() if k not in cfg}
     return {**cfg, **missing} if missing else cfg
 
 
@@ -153,12 +160,14 @@ WINDOW_KEYS = ("sliding_window", "use_sliding_window", "layer_types")
 
 def window_keys(cfg: dict) -> tuple[str, ...]:
     """The sliding-window keys transformers reads for cfg's model_type (all of them for an unknown one)."""
-    from lowbit.model import get_model_class
+    cls = _model_class(cfg)
+    return WINDOW_KEYS if cls is None else cls.window_keys
 
-    try:
-        return get_model_class(str(cfg.get("model_type", "")).lower()).window_keys
-    except ValueError:
-        return WINDOW_KEYS
+
+def layer_types(cfg: dict, keys: tuple[str, ...]) -> list | None:
+    """cfg's layer_types where `keys` (an architecture's window_keys) include it, else None: transformers ignores
+    the key for the architectures whose config class has none."""
+    return cfg.get("layer_types") if "layer_types" in keys else None
 
 
 def sliding_window_active(cfg: dict, keys: tuple[str, ...] | None = None) -> bool:
@@ -169,7 +178,7 @@ def sliding_window_active(cfg: dict, keys: tuple[str, ...] | None = None) -> boo
         return False
     if "use_sliding_window" in keys and not cfg.get("use_sliding_window", True):  # Qwen: sliding_window -> None
         return False
-    types = cfg.get("layer_types") if "layer_types" in keys else None
+    types = layer_types(cfg, keys)
     return not isinstance(types, list) or "sliding_attention" in types
 
 
@@ -223,7 +232,7 @@ def check_supported(cfg: dict, where="config") -> None:
     if rope not in cls.rope_types:
         problems.append(f"rope_scaling.rope_type={rope!r} (supported for {cfg.get('model_type')}: "
                         f"{', '.join(cls.rope_types)})")
-    types = cfg.get("layer_types") if "layer_types" in cls.window_keys else None  # what transformers reads
+    types = layer_types(cfg, cls.window_keys)  # what transformers reads
     if types is not None and (not isinstance(types, list) or len(types) != cfg.get("num_hidden_layers")):
         problems.append("layer_types is not a list with one entry per layer")
     elif isinstance(types, list) and any(t not in LAYER_TYPES for t in types):

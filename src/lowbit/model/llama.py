@@ -22,7 +22,7 @@ import numpy as np
 
 from lowbit._runtime import single_threaded_blas
 from lowbit.formats import Activations, PackedWeight, matmul_many
-from lowbit.model.config import WINDOW_KEYS, ModelArgs, check_supported, sliding_window_active
+from lowbit.model.config import WINDOW_KEYS, ModelArgs, check_supported, layer_types, sliding_window_active
 from lowbit.model.kv_cache import KVCache, kv_dtype, kv_read, kv_write
 from lowbit.model.layers import ACTIVATIONS, Embedding, Linear, Rope, as_packed, rms_norm, soft_cap_, token_ids
 
@@ -255,7 +255,7 @@ class Model:
         cfg = self.args.extra
         if not sliding_window_active(cfg, self.window_keys):
             return None
-        types = (cfg.get("layer_types") if "layer_types" in self.window_keys else None) or self.default_layer_types()
+        types = layer_types(cfg, self.window_keys) or self.default_layer_types()
         if types[i] != "sliding_attention":
             return None
         w = int(cfg["sliding_window"])
