@@ -3,7 +3,8 @@ import numpy as np
 
 
 def quantize_activations(x: np.ndarray, kp: int, group: int):
-    """Per-token, per-group absmax int8 — the same float32 operations as the native quantizer."""
+    """Per-token, per-group absmax int8 — the same float32 operations as the native quantizer. A group with a NaN
+    or an infinity gets scale NaN, one whose 127 / absmax overflows (zeros, or tiny values) scale 0; both codes 0."""
     n, k = x.shape
     g = -(-kp // group)
     q = np.zeros((n, kp), np.int8)
@@ -14,10 +15,15 @@ def quantize_activations(x: np.ndarray, kp: int, group: int):
         if lo >= k:
             continue
         xs = x[:, lo:hi].astype(np.float32)
+        finite = np.isfinite(xs).all(axis=1)
         amax = np.abs(xs).max(axis=1)
         for r in range(n):
-            if amax[r] > 0:
+            if not finite[r]:
+                scale[r, gi] = np.nan
+                continue
+            with np.errstate(divide="ignore", over="ignore"):
                 inv = np.float32(127.0) / amax[r]
+            if np.isfinite(inv):
                 qq = np.clip(np.rint(xs[r] * inv), -127, 127)
                 q[r, lo:hi] = qq.astype(np.int8)
                 scale[r, gi] = amax[r] / np.float32(127.0)

@@ -64,15 +64,36 @@ def test_integer_part_is_exact(isa, fmt, rng):
 
 
 def test_activation_quantizer_matches_numpy(isa, rng):
-    x = (rng.standard_normal((7, 333)) * rng.uniform(0.01, 50, size=(7, 1))).astype(np.float32)
+    """Codes, scales (bits) and sums equal numpy's on every ISA path: K not a multiple of 16 or 64, groups with
+    masked tails, Kp > K padding (and whole groups past K), round-half-even ties, non-finite and zero groups,
+    denormals, and magnitudes near FLT_MAX and near the 127 / absmax overflow."""
+    big, tiny = np.finfo(np.float32).max, np.finfo(np.float32).smallest_subnormal
+    x = (rng.standard_normal((16, 333)) * rng.uniform(0.01, 50, size=(16, 1))).astype(np.float32)
     x[3] = 0.0
     x[5, :40] = np.arange(40, dtype=np.float32) - 19.5  # halves: round-to-even ties (absmax 127 after the scale)
     x[5, 40] = 127.0
-    for kp, group in [(384, 384), (384, 64), (384, 128)]:
-        got = Activations(x).int8(kp, group)
-        want = quantize_activations(x, kp, group)
-        for g_, w_ in zip(got, want):
-            np.testing.assert_array_equal(g_, w_)
+    x[6] = rng.integers(-127, 127, 333) * 2 + 1  # odd values, absmax 254 (below): x * 0.5 all ties
+    x[6, ::50] = 254.0
+    x[7, 37] = np.nan
+    x[8, 70] = np.inf
+    x[9, 332] = -np.inf  # in the last, partial group
+    x[10] *= np.float32(1e-44)  # denormals throughout: 127 / absmax overflows
+    x[11, ::3] = rng.integers(-100, 100, 111) * tiny  # denormals beside normal values
+    x[12] *= np.float32(2e-37) / np.abs(x[12]).max()  # absmax about the overflow of 127 / absmax
+    x[12, 200:] *= np.float32(30)
+    x[13] *= np.float32(3e38) / np.abs(x[13]).max()  # up to FLT_MAX
+    x[13, 5] = -big
+    x[14, ::2] = -0.0
+    x[15, 100:164] = 0.0  # one zero group of 64 in a row of normal values
+    for k, kp, group in [(333, 384, 384), (333, 384, 64), (333, 384, 128), (333, 333, 333), (333, 352, 32),
+                         (100, 128, 32), (100, 100, 100), (100, 192, 32), (17, 64, 16), (47, 48, 48)]:
+        xk = np.ascontiguousarray(x[:, :k])
+        got = Activations(xk).int8(kp, group)
+        want = quantize_activations(xk, kp, group)
+        for g_, w_ in zip(got, want):  # the scales as bits: NaN, and 0 against -0, must match too
+            np.testing.assert_array_equal(g_.view(np.int32 if g_.dtype == np.float32 else g_.dtype),
+                                          w_.view(np.int32 if w_.dtype == np.float32 else w_.dtype),
+                                          err_msg=f"{isa} K={k} Kp={kp} group={group}")
 
 
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])

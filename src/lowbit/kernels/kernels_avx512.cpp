@@ -346,49 +346,6 @@ void gemm_float_avx512(const FloatWeights& w, const float* x, int64_t N, float* 
   }
 }
 
-// Per-token, per-group absmax int8 (the contract of act_quant.h), 16 values per step. cvtps2dq rounds
-// to nearest even like nearbyint under the default MXCSR, so the result equals the portable version.
-void quantize_row_avx512(const float* x, int64_t K, int64_t Kp, int64_t group, int8_t* q, float* scale, int32_t* sum) {
-  const int64_t G = (Kp + group - 1) / group;
-  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  for (int64_t g = 0; g < G; ++g) {
-    const int64_t k0 = g * group, k1 = std::min(k0 + group, K), kend = std::min(k0 + group, Kp);
-    __m512 mx = _mm512_setzero_ps();
-    __mmask16 nonfinite = 0;  // NaN or +-inf anywhere in the group: scale NaN, as the portable quantize_row
-    const __m512i inf_bits = _mm512_set1_epi32(0x7f800000);
-    for (int64_t k = k0; k < k1; k += 16) {
-      const __mmask16 m = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1);
-      const __m512 ax = _mm512_and_ps(_mm512_maskz_loadu_ps(m, x + k), absmask);
-      nonfinite |= _mm512_cmpge_epu32_mask(_mm512_castps_si512(ax), inf_bits);
-      mx = _mm512_max_ps(mx, ax);
-    }
-    const float amax = _mm512_reduce_max_ps(mx);
-    int32_t s = 0;
-    if (nonfinite) {
-      std::memset(q + k0, 0, std::max<int64_t>(0, k1 - k0));
-      scale[g] = NAN;
-    } else if (amax > 0.f) {
-      const __m512 inv = _mm512_set1_ps(127.f / amax);
-      const __m512 lo = _mm512_set1_ps(-127.f), hi = _mm512_set1_ps(127.f);
-      __m512i acc = _mm512_setzero_si512();
-      for (int64_t k = k0; k < k1; k += 16) {
-        const __mmask16 m = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1);
-        const __m512 v = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), inv)));
-        const __m512i iv = _mm512_maskz_cvtps_epi32(m, v);
-        acc = _mm512_add_epi32(acc, iv);
-        _mm_mask_storeu_epi8(q + k, m, _mm512_cvtsepi32_epi8(iv));
-      }
-      s = _mm512_reduce_add_epi32(acc);
-      scale[g] = amax / 127.f;
-    } else {
-      std::memset(q + k0, 0, std::max<int64_t>(0, k1 - k0));
-      scale[g] = 0.f;
-    }
-    if (kend > std::max(k0, k1)) std::memset(q + std::max(k0, k1), 0, kend - std::max(k0, k1));
-    sum[g] = s;
-  }
-}
-
 uint64_t read_avx512(const uint8_t* p, int64_t n) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   const uint8_t* last = p + n - 256;
@@ -407,9 +364,7 @@ uint64_t read_avx512(const uint8_t* p, int64_t n) {
 const KernelTable& kernels_avx512() {
   static const KernelTable t{"avx512", gemm_int_avx512, gemm_float_avx512<float>, gemm_float_avx512<uint16_t>, read_avx512,
                              bf16_x_layout, bf16_x_stride,
-                             OpsTable{quantize_row_avx512, ops_avx512::rmsnorm, ops_avx512::attn_block,
-                                      ops_avx512::act_mul, ops_avx512::f32_to_f16_row, ops_avx512::kv_quantize_row,
-                                      ops_avx512::rope}};
+                             ops_avx512::table()};
   return t;
 }
 
@@ -421,4 +376,6 @@ const KernelTable& kernels_avx512() {
 #define LOWBIT_AVX256_NAME "avxvnni(evex)"
 #define LOWBIT_AVX256_TABLE kernels_avxvnni_evex
 #define LOWBIT_OPS_NS ops_avxvnni_evex
+#define LOWBIT_OPS_NO_512  // its ops keep the 256-bit loops of the AVX-VNNI machines it stands for
 #include "kernels_avx256.inc"
+#undef LOWBIT_OPS_NO_512
