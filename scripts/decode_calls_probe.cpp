@@ -1,9 +1,12 @@
 // What a decode GEMV call costs beyond its bytes: the real kernels and thread pool (run_linears / run_gated as the
-// native decoder calls them, 2 threads), linked from the package build's objects, on bitnet-0.7b's matrices.
+// native decoder calls them; threads from argv[1], default 2), linked from the package build's objects, on
+// bitnet-0.7b's matrices. Part 3 ends with a plain read of the same bytes (read_bandwidth) in the same process.
 //   B=build/cp311-cp311-linux_x86_64   # the pip build folder (scikit-build-core's build-dir)
 //   OBJS=$(ls $B/CMakeFiles/_native.dir/src/lowbit/kernels/*.o | grep -v 'binding\|weight_args')
 //   g++ -O2 -std=c++17 -Isrc/lowbit/kernels scripts/decode_calls_probe.cpp $OBJS -pthread -o /tmp/calls
-//   /tmp/calls
+//   taskset -c 0 /tmp/calls 1     # or /tmp/calls 2
+// For a variant of the kernel, compile kernels_avx512.cpp alone with its flags from the build's build.ninja plus
+// e.g. -DLOWBIT_PF_BYTES=8192 and link it instead of the build's object (stop 36: the prefetch distance).
 // Parts (medians of alternating rounds in one process; the host's bandwidth moves by the minute):
 //   1. per-call costs with no DRAM: a 0.25 MB matrix in L2 called over and over, an empty pool run, one row's
 //      activation quantization;
@@ -26,8 +29,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
+#include "bandwidth.h"
 #include "dispatch.h"
 #include "linear.h"
 #include "thread_pool.h"
@@ -68,12 +73,21 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-int main() {
+double g_tsc_mhz = 2.1e3;  // measured at start
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? atoi(argv[1]) : 2;
+  {
+    const uint64_t k0 = __rdtsc();
+    const auto t0 = std::chrono::steady_clock::now();
+    while (seconds_since(t0) < 0.2) {}
+    g_tsc_mhz = (__rdtsc() - k0) / seconds_since(t0) / 1e6;
+  }
   const size_t cap = size_t(3) << 30;
   g_arena = (uint8_t*)mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (g_arena == MAP_FAILED) return 1;
   madvise(g_arena, cap, MADV_HUGEPAGE);
-  pool_set_threads(2);
+  pool_set_threads(threads);
   const int64_t H = 1536, F = 4096, K = 4096;
   const int NL = 24, COPIES = 4;  // 4 copies of the decoder blocks: 680 MB, past the L3
   std::vector<std::vector<Mat>> model(COPIES);
@@ -117,7 +131,7 @@ int main() {
         for (int w = 0; w < 1000; ++w) f();
         best = std::min<uint64_t>(best, __rdtsc() - t0);
       }
-      return best / 1000.0 / 2.1e3;  // us at the TSC's 2.1 GHz (this Xeon's; adjust elsewhere)
+      return best / 1000.0 / g_tsc_mhz;
     };
     const double l2 = best_of([&] { run1(L); });
     printf("1. 0.25 MB in L2: %.2f us a call (%.1f GB/s)\n", l2, rows * K / 4 / l2 / 1e3);
@@ -203,11 +217,14 @@ int main() {
       for (const Mat& m : longm) run1(m.L);
       lng.push_back(g_used / seconds_since(t0) / 1e9);
     }
-    printf("3. layer sequence %.1f GB/s, the same bytes as 4 long GEMVs %.1f GB/s\n", median(seq), median(lng));
+    std::vector<double> rd;
+    for (int r = 0; r < 5; ++r) rd.push_back(g_used / read_bandwidth(g_arena, g_used, 1) / 1e9);
+    printf("3. layer sequence %.1f GB/s, the same bytes as 4 long GEMVs %.1f GB/s, read alone %.1f GB/s\n", median(seq),
+           median(lng), median(rd));
     const double bytes[4] = {3.0 * H * H / 4, 1.0 * H * H / 4, 2.0 * F * H / 4, 1.0 * H * F / 4};
     const char* name[4] = {"qkv", "o", "gate+up", "down"};
     for (int i = 0; i < 4; ++i) {
-      const double us = tcall[i] / layers / 2.1e3;
+      const double us = tcall[i] / layers / g_tsc_mhz;
       printf("   %-8s %6.1f us a call, %4.1f GB/s (means over all rounds)\n", name[i], us, bytes[i] / us / 1e3);
     }
   }

@@ -127,7 +127,17 @@ struct CacheAligned {
   bool operator==(const CacheAligned<U>&) const { return true; }
 };
 
-constexpr int kPrefetchBytes = 8192;  // software prefetch distance of the weight streams
+// Software prefetch distance of the weight streams. Not a multiple of 4 KiB: L1 sets repeat every 4 KiB, so a
+// prefetch exactly 4 or 8 KiB ahead lands in the sets of the lines being read. On Zen 4 (32 KiB 8-way L1D), 1
+// thread, bitnet-0.7b's decode GEMVs (scripts/decode_calls_probe.cpp, builds alternating): 8 or 12 KiB 26.3 /
+// 26.5 GB/s as the layer sequence, 6, 7, 10 or 14 KiB 26.6-27.5 (long GEMVs 27.7 -> 29.2-29.9); end to end
+// (scripts/e2e_ab.py, --shape bitnet-0.7b -t 1, 6 rounds) decode 1.02-1.05x, 2 threads level. The Xeon of stop 28
+// (48 KiB 12-way) measured 8 KiB above 4 and level to 16, hence the longer of the good ones. LOWBIT_PF_BYTES
+// overrides it for such A/B builds.
+#ifndef LOWBIT_PF_BYTES
+#define LOWBIT_PF_BYTES 10240
+#endif
+constexpr int kPrefetchBytes = LOWBIT_PF_BYTES;
 
 // The 256-byte chunk kPrefetchBytes past `chunk`, clamped to `last`, the stream's last chunk: the weight
 // stream's prefetches never run past its buffer (a hint cannot fault, but it would pull a neighbour's
