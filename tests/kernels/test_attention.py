@@ -221,23 +221,29 @@ def test_int8_tiles_read_in_place_or_widened_give_the_same_bits(isa, rng, group)
     np.testing.assert_allclose(block, reference(q, kc, vc, pos, np.zeros(20, np.int64)), rtol=2e-4, atol=2e-5)
 
 
-def test_kv_quantize_rows_native_equals_numpy(rng):
-    # the native cache write and its numpy twin give the same bytes: random rows, ties at .5, zeros, NaN, inf
-    x = rng.standard_normal((40, 96)).astype(np.float32) * rng.uniform(1e-3, 1e3, (40, 1)).astype(np.float32)
+@pytest.mark.parametrize("hd", [1, 7, 15, 16, 17, 33, 96, 100, 1541])
+def test_kv_quantize_rows_native_equals_numpy(isa, rng, hd):
+    # the native cache write and its numpy twin give the same bytes on every path: random rows, ties at .5, zeros,
+    # -0, NaN, inf (also in the last element: the vector loops' tail), subnormals; lengths with every kind of tail
+    x = rng.standard_normal((40, hd)).astype(np.float32) * rng.uniform(1e-3, 1e3, (40, 1)).astype(np.float32)
     x[1] = 0
-    x[2] = np.arange(96, dtype=np.float32) - 47.5  # max 48.5: many products land near .5
-    x[3, 5] = np.nan
+    x[2] = np.arange(hd, dtype=np.float32) - np.float32(hd // 2 - 0.5)  # 96: max 48.5, many products near .5
+    x[3, min(5, hd - 1)] = np.nan
     x[4, 0] = -np.inf
     x[5] = 1e-40  # subnormal
-    got = np.zeros((40, 100), np.int8)
+    x[6, -1] = np.nan
+    x[7, -1] = np.inf
+    x[8] = -0.0
+    x[9, ::2] = -0.0
+    got = np.zeros((40, hd + 4), np.int8)
     _native.kv_quantize_rows(x, got)
     want = quantize_kv_rows(x)
-    assert np.array_equal(got[:, :96], want[:, :96])
-    s_got, s_want = got[:, 96:].copy().view(np.float32), want[:, 96:].copy().view(np.float32)
+    assert np.array_equal(got[:, :hd], want[:, :hd])
+    s_got, s_want = got[:, hd:].copy().view(np.float32), want[:, hd:].copy().view(np.float32)
     assert np.array_equal(s_got, s_want, equal_nan=True)
-    assert np.isnan(s_got[3]).all() and np.isnan(s_got[4]).all() and (got[3:5, :96] == 0).all()
-    assert s_got[1, 0] == 0 and (got[1, :96] == 0).all()
-    assert (got[5, :96] == 0).all()  # a subnormal scale: zeros (1 / scale would overflow)
+    assert np.isnan(s_got[[3, 4, 6, 7]]).all() and (got[[3, 4, 6, 7], :hd] == 0).all()
+    assert s_got[1, 0] == 0 and (got[1, :hd] == 0).all() and s_got[8, 0] == 0 and (got[8, :hd] == 0).all()
+    assert (got[5, :hd] == 0).all()  # a subnormal scale: zeros (1 / scale would overflow)
     back = dequantize_kv_rows(want)
     ok = np.isfinite(x).all(axis=1) & (np.abs(x).max(axis=1) >= 127 * np.finfo(np.float32).tiny)
     err = np.abs(back[ok] - x[ok]).max(axis=1)

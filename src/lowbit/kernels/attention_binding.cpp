@@ -110,6 +110,24 @@ void rope_rows(nb::handle hx, nb::handle hc, nb::handle hs, float scale) {
   active_kernels().ops.rope(x.data(), n, hd, c.data(), s.data(), scale);
 }
 
+// The decoder's other row ops (tests): rmsnorm of each row of x [n, d] with w [d] into out [n, d] (out may be
+// x); g [n] = act(g) * u in place (act 0 SiLU, 1 squared ReLU, 2 GELU).
+void rmsnorm_rows(nb::handle hx, nb::handle hw, float eps, nb::handle hout) {
+  auto x = in<float, 2>(hx, "rmsnorm_rows: x");
+  auto w = in<float, 1>(hw, "rmsnorm_rows: w");
+  auto o = out<float, 2>(hout, "rmsnorm_rows: out");
+  const int64_t n = x.shape(0), d = x.shape(1);
+  require(w.shape(0) == (size_t)d && is_shape(o, n, d), "rmsnorm_rows: w must be [d] and out [n, d]");
+  for (int64_t i = 0; i < n; ++i) active_kernels().ops.rmsnorm(x.data() + i * d, w.data(), d, eps, o.data() + i * d);
+}
+void act_mul_row(nb::handle hg, nb::handle hu, int act) {
+  auto g = out<float, 1>(hg, "act_mul_row: g");
+  auto u = in<float, 1>(hu, "act_mul_row: u");
+  require(u.shape(0) == g.shape(0), "act_mul_row: g and u must have one length");
+  require(act >= 0 && act <= 2, "act_mul_row: act must be 0, 1 or 2");
+  active_kernels().ops.act_mul(g.data(), u.data(), (int64_t)g.shape(0), act);
+}
+
 }  // namespace
 
 namespace lowbit {
@@ -122,5 +140,9 @@ void bind_attention(nb::module_& m) {
         "int8 KV cache rows (values, then the float32 scale) as the decoder writes them (tests)");
   m.def("rope_rows", &rope_rows, nb::arg("x"), nb::arg("c"), nb::arg("s"), nb::arg("scale") = 1.f,
         "RoPE (rotate_half, S signed) on the rows of x in place, then * scale, as the decoder runs it (tests)");
+  m.def("rmsnorm_rows", &rmsnorm_rows, nb::arg("x"), nb::arg("w"), nb::arg("eps"), nb::arg("out"),
+        "rmsnorm of the rows of x into out (may be x), as the decoder runs it (tests)");
+  m.def("act_mul_row", &act_mul_row, nb::arg("g"), nb::arg("u"), nb::arg("act"),
+        "g = act(g) * u in place (0 SiLU, 1 squared ReLU, 2 GELU), as the decoder runs it (tests)");
 }
 }  // namespace lowbit
