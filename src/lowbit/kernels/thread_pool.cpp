@@ -368,6 +368,8 @@ int pool_sleeping() { return pool().sleeping.load(); }
 
 void pool_run(int64_t ntasks, TaskFn fn, void* ctx) { pool().run(ntasks, fn, ctx, g_threads.load(), nullptr); }
 
+int64_t pool_rows_per_task(int64_t n) { return std::max<int64_t>(1, n / (4 * (int64_t)pool_threads())); }
+
 void pool_run(int64_t ntasks, TaskFn fn, void* ctx, const NextPrefetch* next) {
   pool().run(ntasks, fn, ctx, g_threads.load(), next);
 }
