@@ -111,7 +111,10 @@ void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next,
   // (scripts/attn_batch_ab.py, alternating, best; noisy shared machine): one head a task -> this, contexts
   // 16-32 5.39 -> 3.68 ms a step, 16-144 11.99 -> 10.25 ms. Tried: only the next head's first 16-64
   // positions prefetched at its start (1.05-1.2x, a burst that stalls), 3 or 4 tiles ahead (level, 0.85x).
-  const int64_t nh_batch = R == 1 || prep ? 1
+  // A lone decode row (its kv heads' prep runs in its tasks, head by head) the same way, ~2 tasks a thread:
+  // bitnet-0.7b decode, 2 threads, in-process alternation: 1.011-1.019x tok/s (1 thread level).
+  const int64_t nh_batch = R == 1
+      ? std::max<int64_t>(1, c.n_kv / (2 * (int64_t)pool_threads()))
       : std::max<int64_t>(1, std::min<int64_t>(c.n_kv, R * c.n_kv / (kAttnTasksPerThread * pool_threads())));
   for (const auto& [r0, rows] : blocks) {
     const int64_t lo = P.lo[r0], hi = P.hi[r0 + rows - 1], len = hi - lo;
