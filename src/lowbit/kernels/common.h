@@ -35,6 +35,9 @@ struct IntWeights {
   float zc;
   int bits;                // 1, 2, 4 or 8
   int64_t M, Kp, group, Mb, G;
+  // The one-token GEMV only (a hint, null: none): where its weight stream's software prefetch runs on past the
+  // last chunk, the start of the codes streamed next (run_linears), so the stream does not stop at a matrix's end.
+  const uint8_t* pf_next = nullptr;
   int64_t kc() const { return 4 * (8 / bits); }
   int64_t nch() const { return Kp / kc(); }
 };

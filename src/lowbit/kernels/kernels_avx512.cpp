@@ -38,6 +38,13 @@ inline void prefetch_chunk(const uint8_t* chunk, const uint8_t* last) {
   for (int l = 0; l < 256; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
 }
 
+// The same past the stream's end into `next` (IntWeights::pf_next) where one is given.
+inline void prefetch_chunk(const uint8_t* chunk, const uint8_t* last, const uint8_t* next) {
+  const uint8_t* t = chunk + kPrefetchBytes;
+  const char* pf = (const char*)(t <= last ? t : next ? next + (t - last - 256) : last);
+  for (int l = 0; l < 256; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+}
+
 // acc += u8 x s8 in groups of four. Inline asm ties the accumulator to one register: with the intrinsic,
 // GCC 12 copies every accumulator around each vpdpbusd and spills them in the decode loop.
 // The s8 operand is four activation bytes broadcast from memory ({1to16}: no broadcast register).
@@ -188,7 +195,7 @@ inline void block_gemv(const IntWeights& w, const ActQ& a, int64_t blk, float* y
     TileAcc t0{z, z, z, z}, t1{z, z, z, z}, t2{z, z, z, z}, t3{z, z, z, z};
     for (int64_t c = c0; c < c1; ++c) {
       const uint8_t* chunk = wb + c * 256;
-      prefetch_chunk(chunk, last);
+      prefetch_chunk(chunk, last, w.pf_next);
       const int8_t* qc = a.q + c * KC;
       tile_step<BITS>(chunk, qc, t0, k0, k1, k2, k3);
       tile_step<BITS>(chunk + 64, qc, t1, k0, k1, k2, k3);
