@@ -119,10 +119,11 @@ def test_split_context_merges(isa, rng, kv, group):
 
 
 @pytest.mark.parametrize("kv", ["f16", "int8"])
-def test_nan_in_cache_reaches_only_rows_that_see_it(isa, rng, kv):
+@pytest.mark.parametrize("group", [1, 3])  # MHA's tile loop, GQA's chunks (attn_block_chunked)
+def test_nan_in_cache_reaches_only_rows_that_see_it(isa, rng, kv, group):
     kc, vc = make_cache(rng, 1, 1, 64, 64, kv)
     poison(kc, (0, 0, 10), 3, np.nan)
-    q = rng.standard_normal((3, 1, 64)).astype(np.float32)
+    q = rng.standard_normal((3, group, 64)).astype(np.float32)
     for split in (0, 4):
         out = run(q, kc, vc, [5, 20, 40], [0, 0, 0], window=25, split_min=split)
         assert np.isfinite(out[0]).all() and np.isfinite(out[2]).all()  # before position 10 / window past it
