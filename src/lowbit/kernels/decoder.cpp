@@ -19,22 +19,14 @@ void norm_heads(const OpsTable& ops, float* x, int64_t heads, int64_t hd, const 
   for (int64_t i = 0; i < heads; ++i) ops.rmsnorm(x + i * hd, w, hd, eps, x + i * hd);
 }
 
-// fn(r) for every row r in [0, R): on the pool, in runs of rows (pool_rows_per_task), when there are enough rows to
-// pay for the fork/join.
+// fn(r) for every row r in [0, R): on the pool (pool_run_rows) when there are enough rows to pay for the fork/join.
 template <typename F>
 void for_rows(int64_t R, F&& fn) {
   if (R < 8) {
     for (int64_t r = 0; r < R; ++r) fn(r);
     return;
   }
-  struct Rows {
-    F* fn;
-    int64_t R, per;
-  } rows{&fn, R, pool_rows_per_task(R)};
-  pool_run((R + rows.per - 1) / rows.per, [](void* p, int64_t t) {
-    const Rows& c = *static_cast<const Rows*>(p);
-    for (int64_t r = t * c.per; r < std::min(c.R, (t + 1) * c.per); ++r) (*c.fn)(r);
-  }, &rows);
+  pool_run_rows(R, [](void* p, int64_t r) { (*static_cast<F*>(p))(r); }, &fn);
 }
 
 // Laps of a profiled step: lap(cat) gives the time since the last lap to `cat`, less the pool's join

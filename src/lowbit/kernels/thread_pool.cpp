@@ -368,7 +368,17 @@ int pool_sleeping() { return pool().sleeping.load(); }
 
 void pool_run(int64_t ntasks, TaskFn fn, void* ctx) { pool().run(ntasks, fn, ctx, g_threads.load(), nullptr); }
 
-int64_t pool_rows_per_task(int64_t n) { return std::max<int64_t>(1, n / (4 * (int64_t)pool_threads())); }
+void pool_run_rows(int64_t n, TaskFn fn, void* ctx) {
+  struct Rows {
+    TaskFn fn;
+    void* ctx;
+    int64_t n, per;
+  } rows{fn, ctx, n, std::max<int64_t>(1, n / (4 * (int64_t)pool_threads()))};
+  pool_run((n + rows.per - 1) / rows.per, [](void* p, int64_t t) {
+    const Rows& c = *static_cast<const Rows*>(p);
+    for (int64_t r = t * c.per; r < std::min(c.n, (t + 1) * c.per); ++r) c.fn(c.ctx, r);
+  }, &rows);
+}
 
 void pool_run(int64_t ntasks, TaskFn fn, void* ctx, const NextPrefetch* next) {
   pool().run(ntasks, fn, ctx, g_threads.load(), next);

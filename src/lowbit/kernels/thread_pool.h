@@ -28,10 +28,11 @@ struct NextPrefetch {
   int64_t bytes = 0;
 };
 void pool_run(int64_t ntasks, TaskFn fn, void* ctx, const NextPrefetch* next);
-// Rows a task when n independent rows go on the pool: ~4 tasks a thread, not one a row. Each task's ticket is an
-// atomic on a line every thread claims from; a prefill chunk's row passes (128 rows, 5 a layer) paid ~128 of them a
-// pass (bitnet-0.7b pp128, 2 threads, scripts/prefill_ab.py: 1.02-1.05x median with 4, 1, 2 or 8 tasks a thread).
-int64_t pool_rows_per_task(int64_t n);
+// fn(ctx, r) for every row r in [0, n) of independent rows, on the pool in runs of rows: ~4 tasks a thread, not
+// one a row. Each task's ticket is an atomic on a line every thread claims from; a prefill chunk's row passes (128
+// rows, 5 a layer) paid ~128 of them a pass (bitnet-0.7b pp128, 2 threads, scripts/prefill_ab.py: 1.02-1.05x median
+// with 4, 1, 2 or 8 tasks a thread).
+void pool_run_rows(int64_t n, TaskFn fn, void* ctx);
 // Workers parked on the condition variable (not spinning) right now: for the idle test.
 int pool_sleeping();
 
