@@ -22,7 +22,7 @@ struct AttnPlan {
   std::vector<float> po, pm;      // [chunks][group][hd] unnormalized outputs, [chunks][group][2] max and sum
   std::vector<std::pair<int64_t, int64_t>> blocks;  // (first row, rows)
   std::vector<const AttnTask*> of_chunk;            // [chunks]
-  const AttnPrep* prep = nullptr;                   // run at the start of each task (one task per kv head)
+  const AttnPrep* prep = nullptr;                   // run per kv head in its task, before its attention
 };
 
 void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
@@ -140,7 +140,7 @@ void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next,
   const int64_t chunks = (int64_t)P.clo.size();
   if (prep && prep->fn) {
     if (R == 1 && chunks == 0) {
-      P.prep = prep;  // one task per kv head: each runs its head's prep first
+      P.prep = prep;  // each task runs its kv heads' prep, head by head, before the head's attention
     } else {
       for (int64_t h = 0; h < c.n_kv; ++h) prep->fn(prep->ctx, h);
     }
