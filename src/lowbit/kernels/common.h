@@ -145,8 +145,10 @@ constexpr int kPrefetchBytes = LOWBIT_PF_BYTES;
 // The 256-byte chunk kPrefetchBytes past `chunk`, clamped to `last`, the stream's last chunk: the weight
 // stream's prefetches never run past its buffer (a hint cannot fault, but it would pull a neighbour's
 // lines or cost a page walk on an unmapped page).
-inline const char* prefetch_target(const uint8_t* chunk, const uint8_t* last) {
-  return (const char*)(chunk + kPrefetchBytes < last ? chunk + kPrefetchBytes : last);
+// With `next` (the codes streamed after this one, IntWeights::pf_next) the target runs on into them instead.
+inline const char* prefetch_target(const uint8_t* chunk, const uint8_t* last, const uint8_t* next = nullptr) {
+  const uint8_t* t = chunk + kPrefetchBytes;
+  return (const char*)(t <= last ? t : next ? next + (t - last - 256) : last);
 }
 
 const KernelTable& kernels_scalar();

@@ -32,16 +32,10 @@ namespace lowbit {
 namespace {
 
 
-// The four lines of the 256-byte chunk kPrefetchBytes ahead in the weight stream (never past `last`).
-inline void prefetch_chunk(const uint8_t* chunk, const uint8_t* last) {
-  const char* pf = prefetch_target(chunk, last);
-  for (int l = 0; l < 256; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
-}
-
-// The same past the stream's end into `next` (IntWeights::pf_next) where one is given.
-inline void prefetch_chunk(const uint8_t* chunk, const uint8_t* last, const uint8_t* next) {
-  const uint8_t* t = chunk + kPrefetchBytes;
-  const char* pf = (const char*)(t <= last ? t : next ? next + (t - last - 256) : last);
+// The four lines of the 256-byte chunk kPrefetchBytes ahead in the weight stream (never past `last`, or on
+// past it into `next`: IntWeights::pf_next).
+inline void prefetch_chunk(const uint8_t* chunk, const uint8_t* last, const uint8_t* next = nullptr) {
+  const char* pf = prefetch_target(chunk, last, next);
   for (int l = 0; l < 256; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
 }
 
