@@ -1,0 +1,97 @@
+// Decode attention of one MHA layer stack straight from C++ (no Python, no driver): bitnet-0.7b's 24 layers x 16
+// kv heads x 96 at 161 positions by default, float16 K/V, 8 heads a task as the driver runs them (next_K set
+// within a task). Times the installed kernel (the build's objects) and, with VARIANT=1, a copy of ops.inc and
+// attn.inc compiled into the probe itself from the folder given first with -I, so a change to the attention
+// kernel is measured in seconds, without a package build:
+//   B=build/cp311-cp311-linux_x86_64   # the pip build folder (scikit-build-core's build-dir)
+//   OBJS=$(ls $B/CMakeFiles/_native.dir/src/lowbit/kernels/*.o | grep -v 'binding\|weight_args')
+//   mkdir -p /tmp/av && cp src/lowbit/kernels/{ops,attn}.inc /tmp/av/   # then edit /tmp/av/attn.inc
+//   g++ -O3 -fno-math-errno -march=native -std=c++17 -I/tmp/av -Isrc/lowbit/kernels scripts/attn_kernel_probe.cpp \
+//       $OBJS -pthread -o /tmp/attn_probe
+//   taskset -c 0 /tmp/attn_probe [CTX [IN_CACHE]]      # installed kernel;  VARIANT=1 taskset -c 0 /tmp/attn_probe
+// CTX: the cache's rows a head (168: the heads' K/V back to back, as scripts/attn_decode_bench.py; 2048: a
+// model's cache, each head's 30 KB stream an island). IN_CACHE=1: 4 heads of one layer over and over.
+// MISALIGN=bytes puts the cache that far past a 4 KiB boundary (stop 37: 0, 16 and 64 all alike).
+// Stop 37 (Zen 4, 1 thread): from DRAM 3.1-3.8 us a head, in cache 2.0-2.1, the Python bench's figures.
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "dispatch.h"
+#define LOWBIT_OPS_NS ops_probe
+#include "ops.inc"
+#undef LOWBIT_OPS_NS
+
+namespace lowbit::ops_probe {  // the two row helpers ops.inc declares (kernels_avx512.cpp's)
+void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + i)));
+  }
+}
+void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = _cvtss_sh(src[i], 0);
+}
+}  // namespace lowbit::ops_probe
+
+using namespace lowbit;
+
+int main(int argc, char** argv) {
+  const int L = 24, H = 16, hd = 96, pos = 160;
+  const int ctx = argc > 1 ? atoi(argv[1]) : 168;
+  const bool in_cache = argc > 2 && atoi(argv[2]);
+  const int mis = getenv("MISALIGN") ? atoi(getenv("MISALIGN")) : 0;
+  static const OpsTable variant = ops_probe::table();
+  const OpsTable& ops = getenv("VARIANT") ? variant : active_kernels().ops;
+  std::mt19937 rng(0);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const size_t n = (size_t)H * ctx * hd;
+  std::vector<uint16_t*> K(L), V(L);
+  for (int l = 0; l < L; ++l) {
+    K[l] = (uint16_t*)((char*)aligned_alloc(4096, n * 2 + 4096) + mis);
+    V[l] = (uint16_t*)((char*)aligned_alloc(4096, n * 2 + 4096) + mis);
+    for (size_t i = 0; i < n; ++i) K[l][i] = _cvtss_sh(nd(rng), 0);
+    for (size_t i = 0; i < n; ++i) V[l][i] = _cvtss_sh(nd(rng), 0);
+  }
+  std::vector<float> q(H * hd), out(H * hd);
+  for (auto& x : q) x = 0.1f * nd(rng);
+  std::vector<char> flush(64 << 20, 1);
+  const int64_t lo = 0, hi = pos + 1;
+  double best = 1e9;
+  for (int rep = 0; rep < 9; ++rep) {
+    volatile long sink = 0;
+    if (!in_cache)
+      for (size_t i = 0; i < flush.size(); i += 64) sink += flush[i];
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) {
+        const int ll = in_cache ? 0 : l, hh = in_cache ? h % 4 : h;
+        AttnBlock b{};
+        b.q = q.data() + hh * hd;
+        b.out = out.data() + hh * hd;
+        b.rows = 1;
+        b.group = 1;
+        b.row_stride = H * hd;
+        b.hd = hd;
+        b.lo = &lo;
+        b.hi = &hi;
+        b.K = K[ll] + (size_t)hh * ctx * hd;
+        b.V = V[ll] + (size_t)hh * ctx * hd;
+        b.kv = KvType::kF16;
+        if (h % 8 != 7 && !in_cache) {
+          b.next_K = K[ll] + (size_t)(hh + 1) * ctx * hd;
+          b.next_V = V[ll] + (size_t)(hh + 1) * ctx * hd;
+          b.next_hi = hi;
+        }
+        ops.attn_block(b);
+      }
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / (L * H);
+    if (us < best) best = us;
+  }
+  printf("%s, ctx %d, %s: %.2f us per kv head (%.1f GB/s of K/V)\n", getenv("VARIANT") ? "variant" : "installed", ctx,
+         in_cache ? "in cache" : "from DRAM", best, 2.0 * hi * hd * 2 / best / 1e3);
+}
