@@ -1,44 +1,86 @@
-// A stand-in for bitnet-0.7b's decode attention (16 heads x 96, 161 positions, float16 [head][pos][96]) in plain
-// C++, for the open question of stop 37: the real kernel (scripts/attn_kernel_probe.cpp) needs its software prefetch
-// (without it 4.2-4.5 us a head from DRAM, with it 3.2-3.5), while this loop, the same loads and a compute of
-// similar weight, reaches 2.9-3.2 us with the hardware prefetchers alone, and the kernel's prefetch (pf 1) makes it
-// slower (3.8-4.1). Per tile of 8 positions: the scores (8 rows x 6 vcvtph2ps loads + FMAs), a reduction per key,
-// a dependent scalar chain (the softmax's stand-in), the values (8 rows x 6 loads + FMAs into 6 accumulators).
-//   g++ -O2 -march=native scripts/attn_standin.cpp -o /tmp/standin
-//   taskset -c 0 /tmp/standin PF PFD CHAIN IN_CACHE    # e.g. 0 2 20 0 (no prefetch), 1 2 20 0 (the kernel's)
-// PF 1: at each tile, prefetcht2 of the K and V rows of the tile PFD ahead (the kernel's scheme); IN_CACHE 1: 4
-// heads of one layer over and over (stop 37: 2.4 us a head, against the kernel's 1.4-2.0).
+// What bounds bitnet-0.7b's decode attention from DRAM (stop 37): a stand-in of the MHA kernel in plain C++ (16
+// heads x 96, float16 K/V [head][row][96], the kernel's math: 8-key FMA chains over d, the 512 -> 256 add and the
+// hadd tree, the online softmax with exp256, the output in registers) over 24 layers of K/V read once from DRAM.
+//   g++ -O3 -fno-math-errno -march=native scripts/attn_standin.cpp -o /tmp/standin
+//   taskset -c 0 /tmp/standin ROWS [PF [IN_CACHE]]
+// Each head's K and V hold 168 rows; a head reads its first ROWS of them (a multiple of 8).
+//   ROWS 168: head h's K stream runs straight on into head h + 1's (the same for V): one continuous stream a
+//             layer, as if the cache were laid out so that decode's rows of all heads are back to back.
+//   ROWS 160: a 1.5 KB gap before each head (the model's cache: each head's rows are an island, max_ctx apart).
+// PF 1 adds the kernel's software prefetch (the rows of the tile two ahead, prefetcht2); IN_CACHE 1 runs 4 heads
+// of one layer over and over. Stop 37 (Zen 4, 1 thread, alternating):
+//   168 rows, no prefetch: 2.5-2.9 us a head (22-26 GB/s); 160 rows: 4.1-4.9 us (13-16 GB/s) for fewer bytes;
+//   160 rows with the kernel's prefetch 3.7-4.2 us, and with the next head's tiles prefetched a whole head ahead
+//   3.3-3.9 us. In cache 1.5 us. The real kernel (scripts/attn_kernel_probe.cpp, 161 of 168 rows) 3.1-3.5 us.
+// So a K/V stream that starts cold at every head costs ~1.7 us a head (the hardware prefetchers retrain on each new
+// stream; a software prefetch recovers only part of it), more than the head's whole compute.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <vector>
 
 static inline void prefetch_l2(const char* p) { asm volatile("prefetcht2 %0" : : "m"(*p)); }
 
+static inline __m256 exp256(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
+  const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
+  const __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(t, r);
+  __m256 p = _mm256_set1_ps(1.5403530393381606e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_cvtps_epi32(r), 23)));
+}
+static inline float hmax256(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+static inline float hsum256(__m256 v) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+}
+static inline __m256 hsum8x8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
 int main(int argc, char** argv) {
-  const int pf = argc > 1 ? atoi(argv[1]) : 0, pfd = argc > 2 ? atoi(argv[2]) : 2;
-  const int chain = argc > 3 ? atoi(argv[3]) : 20, in_cache = argc > 4 ? atoi(argv[4]) : 0;
-  const int L = 24, H = 16, P = 168, HD = 96, RB = HD * 2, T = 8, TB = T * RB, NT = P / T;
+  const int rows = argc > 1 ? atoi(argv[1]) : 168, pf = argc > 2 ? atoi(argv[2]) : 0;
+  const int in_cache = argc > 3 ? atoi(argv[3]) : 0;
+  const int L = 24, H = 16, P = 168, HD = 96, RB = HD * 2, T = 8, TB = T * RB, NT = std::min(rows, P) / T;
   const size_t per = (size_t)H * P * RB;
+  std::mt19937 rng(0);
+  std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<char*> K(L), V(L);
   for (int l = 0; l < L; ++l) {
-    K[l] = (char*)aligned_alloc(4096, per * 2);
-    V[l] = K[l] + per;
-    for (size_t i = 0; i < per * 2; i += 2) *(uint16_t*)(K[l] + i) = 0x3c00 + (i & 63);
+    K[l] = (char*)aligned_alloc(4096, per);
+    V[l] = (char*)aligned_alloc(4096, per);
+    for (size_t i = 0; i < per; i += 2) *(uint16_t*)(K[l] + i) = _cvtss_sh(nd(rng), 0);
+    for (size_t i = 0; i < per; i += 2) *(uint16_t*)(V[l] + i) = _cvtss_sh(nd(rng), 0);
   }
   std::vector<char> flush(64 << 20, 1);
   alignas(64) float q[HD];
-  for (int i = 0; i < HD; ++i) q[i] = 0.01f * i;
+  for (int i = 0; i < HD; ++i) q[i] = 0.1f * nd(rng);
   double best = 1e9;
+  float total = 0;
   for (int rep = 0; rep < 9; ++rep) {
     volatile long sink = 0;
     if (!in_cache)
       for (size_t i = 0; i < flush.size(); i += 64) sink += flush[i];
     const auto t0 = std::chrono::steady_clock::now();
-    float total = 0;
     for (int l = 0; l < L; ++l)
       for (int h = 0; h < H; ++h) {
         const int ll = in_cache ? 0 : l, hh = in_cache ? h % 4 : h;
@@ -46,11 +88,11 @@ int main(int argc, char** argv) {
         const uint16_t* Vh = (const uint16_t*)(V[ll] + (size_t)hh * P * RB);
         __m512 o[6];
         for (int u = 0; u < 6; ++u) o[u] = _mm512_setzero_ps();
-        float mx = -1e30f;
+        float mx = -INFINITY, lsum = 0.f;
         for (int t = 0; t < NT; ++t) {
-          if (pf && t + pfd < NT) {
-            const char* pk = (const char*)(Kh + (t + pfd) * T * HD);
-            const char* pv = (const char*)(Vh + (t + pfd) * T * HD);
+          if (pf && t + 2 < NT) {
+            const char* pk = (const char*)(Kh + (t + 2) * T * HD);
+            const char* pv = (const char*)(Vh + (t + 2) * T * HD);
             for (int b = 0; b < TB; b += 64) prefetch_l2(pk + b);
             for (int b = 0; b < TB; b += 64) prefetch_l2(pv + b);
           }
@@ -62,30 +104,34 @@ int main(int argc, char** argv) {
             for (int j = 0; j < 8; ++j)
               acc[j] = _mm512_fmadd_ps(qv, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(kt + j * HD + d))), acc[j]);
           }
-          float sc[8];
-          for (int j = 0; j < 8; ++j) sc[j] = _mm512_reduce_add_ps(acc[j]);
-          float m = mx;
-          for (int j = 0; j < 8; ++j) m = m > sc[j] ? m : sc[j];
-          float x = m;
-          for (int c = 0; c < chain; ++c) x = x * 0.999f + 0.001f;
-          mx = m;
-          const __m512 alpha = _mm512_set1_ps(x * 1e-30f + 0.5f);
+          __m256 a8[8];
+          for (int j = 0; j < 8; ++j) a8[j] = _mm256_add_ps(_mm512_castps512_ps256(acc[j]), _mm512_extractf32x8_ps(acc[j], 1));
+          const __m256 sv = hsum8x8(a8);
+          const float mnew = std::max(mx, hmax256(sv));
+          alignas(32) float e[8];
+          _mm256_store_ps(e, exp256(_mm256_set1_ps(mx - mnew)));
+          const float alpha = mnew > mx ? e[0] : 1.f;
+          mx = mnew;
+          const __m256 p = exp256(_mm256_sub_ps(sv, _mm256_set1_ps(mnew)));
+          lsum = lsum * alpha + hsum256(p);
+          alignas(32) float pb[8];
+          _mm256_store_ps(pb, p);
           const uint16_t* vt = Vh + t * T * HD;
-          for (int u = 0; u < 6; ++u) o[u] = _mm512_mul_ps(o[u], alpha);
+          const __m512 a16 = _mm512_set1_ps(alpha);
+          for (int u = 0; u < 6; ++u) o[u] = _mm512_mul_ps(o[u], a16);
           for (int j = 0; j < 8; ++j) {
-            const __m512 pj = _mm512_set1_ps(sc[j] * 1e-3f);
+            const __m512 pj = _mm512_set1_ps(pb[j]);
             for (int u = 0; u < 6; ++u)
               o[u] = _mm512_fmadd_ps(pj, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vt + j * HD + 16 * u))), o[u]);
           }
         }
         __m512 s = o[0];
         for (int u = 1; u < 6; ++u) s = _mm512_add_ps(s, o[u]);
-        total += _mm512_reduce_add_ps(s);
+        total += _mm512_reduce_add_ps(s) / lsum;
       }
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / (L * H);
-    if (total == 1.5f) printf("!");
     if (us < best) best = us;
   }
-  printf("pf %d pfd %d chain %d %s: %.2f us per head (%.1f GB/s of K/V)\n", pf, pfd, chain,
-         in_cache ? "in cache" : "from DRAM", best, 2.0 * P * RB / best / 1e3);
+  printf("%d of %d rows a head%s, %s: %.2f us a head (%.1f GB/s of K/V)%s\n", NT * T, P, pf ? ", prefetch" : "",
+         in_cache ? "in cache" : "from DRAM", best, 2.0 * NT * TB / best / 1e3, total == 1.5f ? "!" : "");
 }
