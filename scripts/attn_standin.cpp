@@ -2,8 +2,11 @@
 // heads x 96, float16 K/V [head][row][96], the kernel's math: 8-key FMA chains over d, the 512 -> 256 add and the
 // hadd tree, the online softmax with exp256, the output in registers) over 24 layers of K/V read once from DRAM.
 //   g++ -O3 -fno-math-errno -march=native scripts/attn_standin.cpp -o /tmp/standin
-//   taskset -c 0 /tmp/standin ROWS [PF [IN_CACHE]]
+//   taskset -c 0 /tmp/standin ROWS [PF [IN_CACHE]]        CB=64 taskset -c 0 /tmp/standin 128
 // Each head's K and V hold 168 rows; a head reads its first ROWS of them (a multiple of 8).
+//   CB=n: the cache in blocks of n positions, [block][head][n rows][96], walked block by block over the heads,
+//             each head's running max, sum and output kept between its blocks (the same operations a head, so the
+//             same bits as a head in one go): ROWS / n whole blocks.
 //   ROWS 168: head h's K stream runs straight on into head h + 1's (the same for V): one continuous stream a
 //             layer, as if the cache were laid out so that decode's rows of all heads are back to back.
 //   ROWS 160: a 1.5 KB gap before each head (the model's cache: each head's rows are an island, max_ctx apart).
@@ -13,7 +16,9 @@
 //   160 rows with the kernel's prefetch 3.7-4.2 us, and with the next head's tiles prefetched a whole head ahead
 //   3.3-3.9 us. In cache 1.5 us. The real kernel (scripts/attn_kernel_probe.cpp, 161 of 168 rows) 3.1-3.5 us.
 // So a K/V stream that starts cold at every head costs ~1.7 us a head (the hardware prefetchers retrain on each new
-// stream; a software prefetch recovers only part of it), more than the head's whole compute.
+// stream; a software prefetch recovers only part of it), more than the head's whole compute. In blocks of 64
+// (CB=64, 128 rows: two blocks a head) 1.71-1.85 us against 3.86-4.43 for the same 128 rows read head by head from
+// the head-major cache (27-29 against 11-13 GB/s); blocks of 56 (168 rows) 2.33-2.46, of 8 2.68-2.77.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -81,6 +86,57 @@ int main(int argc, char** argv) {
     if (!in_cache)
       for (size_t i = 0; i < flush.size(); i += 64) sink += flush[i];
     const auto t0 = std::chrono::steady_clock::now();
+    static const int CB = getenv("CB") ? atoi(getenv("CB")) : 0;
+    if (CB) {  // the same buffers read as [block][head][CB rows][96]
+      const int NC = std::min(rows, P) / CB;
+      alignas(64) static float ost[16][96];
+      static float mst[16], lst[16];
+      for (int l = 0; l < L; ++l) {
+        const int ll = in_cache ? 0 : l;
+        for (int h = 0; h < H; ++h) { for (int d = 0; d < 96; ++d) ost[h][d] = 0.f; mst[h] = -INFINITY; lst[h] = 0.f; }
+        for (int c = 0; c < NC; ++c)
+          for (int h = 0; h < H; ++h) {
+            const uint16_t* Kh = (const uint16_t*)(K[ll] + ((size_t)c * H + h) * CB * RB);
+            const uint16_t* Vh = (const uint16_t*)(V[ll] + ((size_t)c * H + h) * CB * RB);
+            __m512 o[6];
+            for (int u = 0; u < 6; ++u) o[u] = _mm512_load_ps(ost[h] + 16 * u);
+            float mx = mst[h], lsum = lst[h];
+            for (int t = 0; t < CB / T; ++t) {
+              __m512 acc[8];
+              for (int j = 0; j < 8; ++j) acc[j] = _mm512_setzero_ps();
+              const uint16_t* kt = Kh + t * T * HD;
+              for (int d = 0; d < HD; d += 16) {
+                const __m512 qv = _mm512_load_ps(q + d);
+                for (int j = 0; j < 8; ++j)
+                  acc[j] = _mm512_fmadd_ps(qv, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(kt + j * HD + d))), acc[j]);
+              }
+              __m256 a8[8];
+              for (int j = 0; j < 8; ++j) a8[j] = _mm256_add_ps(_mm512_castps512_ps256(acc[j]), _mm512_extractf32x8_ps(acc[j], 1));
+              const __m256 sv = hsum8x8(a8);
+              const float mnew = std::max(mx, hmax256(sv));
+              alignas(32) float e[8];
+              _mm256_store_ps(e, exp256(_mm256_set1_ps(mx - mnew)));
+              const float alpha = mnew > mx ? e[0] : 1.f;
+              mx = mnew;
+              const __m256 p = exp256(_mm256_sub_ps(sv, _mm256_set1_ps(mnew)));
+              lsum = lsum * alpha + hsum256(p);
+              alignas(32) float pb[8];
+              _mm256_store_ps(pb, p);
+              const uint16_t* vt = Vh + t * T * HD;
+              const __m512 a16 = _mm512_set1_ps(alpha);
+              for (int u = 0; u < 6; ++u) o[u] = _mm512_mul_ps(o[u], a16);
+              for (int j = 0; j < 8; ++j) {
+                const __m512 pj = _mm512_set1_ps(pb[j]);
+                for (int u = 0; u < 6; ++u)
+                  o[u] = _mm512_fmadd_ps(pj, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vt + j * HD + 16 * u))), o[u]);
+              }
+            }
+            for (int u = 0; u < 6; ++u) _mm512_store_ps(ost[h] + 16 * u, o[u]);
+            mst[h] = mx; lst[h] = lsum;
+          }
+        for (int h = 0; h < H; ++h) total += ost[h][0] / lst[h];
+      }
+    } else
     for (int l = 0; l < L; ++l)
       for (int h = 0; h < H; ++h) {
         const int ll = in_cache ? 0 : l, hh = in_cache ? h % 4 : h;
@@ -132,6 +188,8 @@ int main(int argc, char** argv) {
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / (L * H);
     if (us < best) best = us;
   }
-  printf("%d of %d rows a head%s, %s: %.2f us a head (%.1f GB/s of K/V)%s\n", NT * T, P, pf ? ", prefetch" : "",
-         in_cache ? "in cache" : "from DRAM", best, 2.0 * NT * TB / best / 1e3, total == 1.5f ? "!" : "");
+  const int cb = getenv("CB") ? atoi(getenv("CB")) : 0, read = cb ? std::min(rows, P) / cb * cb : NT * T;
+  printf("%d of %d rows a head%s%s, %s: %.2f us a head (%.1f GB/s of K/V)%s\n", read, P, pf ? ", prefetch" : "",
+         cb ? ", in blocks" : "", in_cache ? "in cache" : "from DRAM", best, 2.0 * read * RB / best / 1e3,
+         total == 1.5f ? "!" : "");
 }
