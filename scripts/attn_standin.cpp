@@ -62,10 +62,43 @@ static inline __m256 hsum8x8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+constexpr int HD = 96, T = 8;
+
+// One tile of 8 positions for one head: scores, the online-softmax step, the values into o (the head's state).
+[[gnu::always_inline]] inline void tile_step(const float* q, const uint16_t* kt, const uint16_t* vt, __m512* o, float& mx,
+                                             float& lsum) {
+  __m512 acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm512_setzero_ps();
+  for (int d = 0; d < HD; d += 16) {
+    const __m512 qv = _mm512_load_ps(q + d);
+    for (int j = 0; j < 8; ++j)
+      acc[j] = _mm512_fmadd_ps(qv, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(kt + j * HD + d))), acc[j]);
+  }
+  __m256 a8[8];
+  for (int j = 0; j < 8; ++j) a8[j] = _mm256_add_ps(_mm512_castps512_ps256(acc[j]), _mm512_extractf32x8_ps(acc[j], 1));
+  const __m256 sv = hsum8x8(a8);
+  const float mnew = std::max(mx, hmax256(sv));
+  alignas(32) float e[8];
+  _mm256_store_ps(e, exp256(_mm256_set1_ps(mx - mnew)));
+  const float alpha = mnew > mx ? e[0] : 1.f;
+  mx = mnew;
+  const __m256 p = exp256(_mm256_sub_ps(sv, _mm256_set1_ps(mnew)));
+  lsum = lsum * alpha + hsum256(p);
+  alignas(32) float pb[8];
+  _mm256_store_ps(pb, p);
+  const __m512 a16 = _mm512_set1_ps(alpha);
+  for (int u = 0; u < 6; ++u) o[u] = _mm512_mul_ps(o[u], a16);
+  for (int j = 0; j < 8; ++j) {
+    const __m512 pj = _mm512_set1_ps(pb[j]);
+    for (int u = 0; u < 6; ++u)
+      o[u] = _mm512_fmadd_ps(pj, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vt + j * HD + 16 * u))), o[u]);
+  }
+}
+
 int main(int argc, char** argv) {
   const int rows = argc > 1 ? atoi(argv[1]) : 168, pf = argc > 2 ? atoi(argv[2]) : 0;
   const int in_cache = argc > 3 ? atoi(argv[3]) : 0;
-  const int L = 24, H = 16, P = 168, HD = 96, RB = HD * 2, T = 8, TB = T * RB, NT = std::min(rows, P) / T;
+  const int L = 24, H = 16, P = 168, RB = HD * 2, TB = T * RB, NT = std::min(rows, P) / T;
   const size_t per = (size_t)H * P * RB;
   std::mt19937 rng(0);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -89,11 +122,15 @@ int main(int argc, char** argv) {
     static const int CB = getenv("CB") ? atoi(getenv("CB")) : 0;
     if (CB) {  // the same buffers read as [block][head][CB rows][96]
       const int NC = std::min(rows, P) / CB;
-      alignas(64) static float ost[16][96];
+      alignas(64) static float ost[16][HD];
       static float mst[16], lst[16];
       for (int l = 0; l < L; ++l) {
         const int ll = in_cache ? 0 : l;
-        for (int h = 0; h < H; ++h) { for (int d = 0; d < 96; ++d) ost[h][d] = 0.f; mst[h] = -INFINITY; lst[h] = 0.f; }
+        for (int h = 0; h < H; ++h) {
+          for (int d = 0; d < HD; ++d) ost[h][d] = 0.f;
+          mst[h] = -INFINITY;
+          lst[h] = 0.f;
+        }
         for (int c = 0; c < NC; ++c)
           for (int h = 0; h < H; ++h) {
             const uint16_t* Kh = (const uint16_t*)(K[ll] + ((size_t)c * H + h) * CB * RB);
@@ -101,90 +138,36 @@ int main(int argc, char** argv) {
             __m512 o[6];
             for (int u = 0; u < 6; ++u) o[u] = _mm512_load_ps(ost[h] + 16 * u);
             float mx = mst[h], lsum = lst[h];
-            for (int t = 0; t < CB / T; ++t) {
-              __m512 acc[8];
-              for (int j = 0; j < 8; ++j) acc[j] = _mm512_setzero_ps();
-              const uint16_t* kt = Kh + t * T * HD;
-              for (int d = 0; d < HD; d += 16) {
-                const __m512 qv = _mm512_load_ps(q + d);
-                for (int j = 0; j < 8; ++j)
-                  acc[j] = _mm512_fmadd_ps(qv, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(kt + j * HD + d))), acc[j]);
-              }
-              __m256 a8[8];
-              for (int j = 0; j < 8; ++j) a8[j] = _mm256_add_ps(_mm512_castps512_ps256(acc[j]), _mm512_extractf32x8_ps(acc[j], 1));
-              const __m256 sv = hsum8x8(a8);
-              const float mnew = std::max(mx, hmax256(sv));
-              alignas(32) float e[8];
-              _mm256_store_ps(e, exp256(_mm256_set1_ps(mx - mnew)));
-              const float alpha = mnew > mx ? e[0] : 1.f;
-              mx = mnew;
-              const __m256 p = exp256(_mm256_sub_ps(sv, _mm256_set1_ps(mnew)));
-              lsum = lsum * alpha + hsum256(p);
-              alignas(32) float pb[8];
-              _mm256_store_ps(pb, p);
-              const uint16_t* vt = Vh + t * T * HD;
-              const __m512 a16 = _mm512_set1_ps(alpha);
-              for (int u = 0; u < 6; ++u) o[u] = _mm512_mul_ps(o[u], a16);
-              for (int j = 0; j < 8; ++j) {
-                const __m512 pj = _mm512_set1_ps(pb[j]);
-                for (int u = 0; u < 6; ++u)
-                  o[u] = _mm512_fmadd_ps(pj, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vt + j * HD + 16 * u))), o[u]);
-              }
-            }
+            for (int t = 0; t < CB / T; ++t) tile_step(q, Kh + t * T * HD, Vh + t * T * HD, o, mx, lsum);
             for (int u = 0; u < 6; ++u) _mm512_store_ps(ost[h] + 16 * u, o[u]);
-            mst[h] = mx; lst[h] = lsum;
+            mst[h] = mx;
+            lst[h] = lsum;
           }
         for (int h = 0; h < H; ++h) total += ost[h][0] / lst[h];
       }
-    } else
-    for (int l = 0; l < L; ++l)
-      for (int h = 0; h < H; ++h) {
-        const int ll = in_cache ? 0 : l, hh = in_cache ? h % 4 : h;
-        const uint16_t* Kh = (const uint16_t*)(K[ll] + (size_t)hh * P * RB);
-        const uint16_t* Vh = (const uint16_t*)(V[ll] + (size_t)hh * P * RB);
-        __m512 o[6];
-        for (int u = 0; u < 6; ++u) o[u] = _mm512_setzero_ps();
-        float mx = -INFINITY, lsum = 0.f;
-        for (int t = 0; t < NT; ++t) {
-          if (pf && t + 2 < NT) {
-            const char* pk = (const char*)(Kh + (t + 2) * T * HD);
-            const char* pv = (const char*)(Vh + (t + 2) * T * HD);
-            for (int b = 0; b < TB; b += 64) prefetch_l2(pk + b);
-            for (int b = 0; b < TB; b += 64) prefetch_l2(pv + b);
+    } else {
+      for (int l = 0; l < L; ++l)
+        for (int h = 0; h < H; ++h) {
+          const int ll = in_cache ? 0 : l, hh = in_cache ? h % 4 : h;
+          const uint16_t* Kh = (const uint16_t*)(K[ll] + (size_t)hh * P * RB);
+          const uint16_t* Vh = (const uint16_t*)(V[ll] + (size_t)hh * P * RB);
+          __m512 o[6];
+          for (int u = 0; u < 6; ++u) o[u] = _mm512_setzero_ps();
+          float mx = -INFINITY, lsum = 0.f;
+          for (int t = 0; t < NT; ++t) {
+            if (pf && t + 2 < NT) {
+              const char* pk = (const char*)(Kh + (t + 2) * T * HD);
+              const char* pv = (const char*)(Vh + (t + 2) * T * HD);
+              for (int b = 0; b < TB; b += 64) prefetch_l2(pk + b);
+              for (int b = 0; b < TB; b += 64) prefetch_l2(pv + b);
+            }
+            tile_step(q, Kh + t * T * HD, Vh + t * T * HD, o, mx, lsum);
           }
-          __m512 acc[8];
-          for (int j = 0; j < 8; ++j) acc[j] = _mm512_setzero_ps();
-          const uint16_t* kt = Kh + t * T * HD;
-          for (int d = 0; d < HD; d += 16) {
-            const __m512 qv = _mm512_load_ps(q + d);
-            for (int j = 0; j < 8; ++j)
-              acc[j] = _mm512_fmadd_ps(qv, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(kt + j * HD + d))), acc[j]);
-          }
-          __m256 a8[8];
-          for (int j = 0; j < 8; ++j) a8[j] = _mm256_add_ps(_mm512_castps512_ps256(acc[j]), _mm512_extractf32x8_ps(acc[j], 1));
-          const __m256 sv = hsum8x8(a8);
-          const float mnew = std::max(mx, hmax256(sv));
-          alignas(32) float e[8];
-          _mm256_store_ps(e, exp256(_mm256_set1_ps(mx - mnew)));
-          const float alpha = mnew > mx ? e[0] : 1.f;
-          mx = mnew;
-          const __m256 p = exp256(_mm256_sub_ps(sv, _mm256_set1_ps(mnew)));
-          lsum = lsum * alpha + hsum256(p);
-          alignas(32) float pb[8];
-          _mm256_store_ps(pb, p);
-          const uint16_t* vt = Vh + t * T * HD;
-          const __m512 a16 = _mm512_set1_ps(alpha);
-          for (int u = 0; u < 6; ++u) o[u] = _mm512_mul_ps(o[u], a16);
-          for (int j = 0; j < 8; ++j) {
-            const __m512 pj = _mm512_set1_ps(pb[j]);
-            for (int u = 0; u < 6; ++u)
-              o[u] = _mm512_fmadd_ps(pj, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(vt + j * HD + 16 * u))), o[u]);
-          }
+          __m512 s = o[0];
+          for (int u = 1; u < 6; ++u) s = _mm512_add_ps(s, o[u]);
+          total += _mm512_reduce_add_ps(s) / lsum;
         }
-        __m512 s = o[0];
-        for (int u = 1; u < 6; ++u) s = _mm512_add_ps(s, o[u]);
-        total += _mm512_reduce_add_ps(s) / lsum;
-      }
+    }
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / (L * H);
     if (us < best) best = us;
   }
