@@ -1,13 +1,19 @@
-"""The static KV cache (NITRO's fixed-size cache): allocated once at the maximum context.
+"""The KV cache (NITRO's static cache): a fixed shape between growths, up to the maximum context.
 
-    k, v: [layers, kv_heads, max_ctx, head_dim], float16 (the default for quantized models: half the bytes
+    k, v: [layers, kv_heads, capacity, head_dim], float16 (the default for quantized models: half the bytes
           attention reads per token, as llama.cpp and bitnet.cpp keep it) or float32 (the f32 reference path);
-          or int8 [layers, kv_heads, max_ctx, head_dim + 4]: each row its int8 values, then their float32
+          or int8 [layers, kv_heads, capacity, head_dim + 4]: each row its int8 values, then their float32
           scale (max |x| / 127) in the last 4 bytes -- half float16's bytes again (`kv_cache="int8"`)
 
-Positions 0..length-1 are filled; attention reads only that part (k[l, :, :length]). The buffers are
-mapped lazily on 4 KiB pages (lazy_zeros), so memory grows with the filled length, not with max_ctx. `tokens`
-remembers which ids fill the cache, so a new prompt that extends the old one (multi-turn chat) re-uses the prefix.
+Positions 0..length-1 are filled; attention reads only that part (k[l, :, :length]). A model's cache
+(KVCache) starts at KV_START positions and doubles (KVCache.grow, up to max_ctx) when a prompt or a token
+would pass its capacity, the filled part copied: the model rebuilds its native step over the new arrays.
+Its buffers are on transparent huge pages: on 4 KiB pages every kv head's K/V walk crossed a page every
+4 KiB (a TLB miss, the hardware prefetchers restarting), and bitnet-0.7b's decode attention took 1.23x the
+time (1.91 -> 1.57 ms a token at 1 thread, docs/kv_cache.md, stop 38). Memory stays at most twice the filled length (capacity, not
+max_ctx). The multi-slot cache of batching (SlotKVCache) is allocated whole at max_ctx, so it stays on
+lazily mapped 4 KiB pages that grow with what is written. `tokens` remembers which ids fill the cache, so a
+new prompt that extends the old one (multi-turn chat) re-uses the prefix.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import numpy as np
 
 
 KV_TYPES = {"f32": np.float32, "f16": np.float16, "int8": np.int8}  # the names the API and CLI take
+KV_START = 256  # a model cache's first capacity in positions (grown by doubling, up to max_ctx)
 
 
 def kv_dtype(name: str) -> np.dtype:
@@ -117,18 +124,20 @@ class CacheIndex:
         return n
 
 
-def lazy_zeros(shape, dtype) -> np.ndarray:
-    """Zeros whose pages are backed only once written: an anonymous mapping kept off transparent huge pages.
-    numpy's np.zeros asks for huge pages on large arrays (madvise), and the first write at position 0 of each
-    (layer, kv head) run of max_ctx rows then faulted in 2 MiB: the whole cache was resident after one token
-    (SmolLM2-135M at its 8192 positions: RSS 0.41 GB against 0.24 at 512)."""
+def lazy_zeros(shape, dtype, huge: bool = False) -> np.ndarray:
+    """Zeros in an anonymous mapping whose pages are backed only once written. huge: on transparent huge
+    pages (where the kernel has them; a no-op elsewhere), for a buffer that is used whole soon. Else kept off
+    them: numpy's np.zeros asks for huge pages on large arrays (madvise), and the first write at position 0 of
+    each (layer, kv head) run of max_ctx rows then faulted in 2 MiB: the whole cache was resident after one
+    token (SmolLM2-135M at its 8192 positions: RSS 0.41 GB against 0.24 at 512)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes == 0:
         return np.zeros(shape, dtype)
     m = mmap.mmap(-1, nbytes)
-    if hasattr(m, "madvise") and hasattr(mmap, "MADV_NOHUGEPAGE"):
-        m.madvise(mmap.MADV_NOHUGEPAGE)
+    advice = "MADV_HUGEPAGE" if huge else "MADV_NOHUGEPAGE"
+    if hasattr(m, "madvise") and hasattr(mmap, advice):
+        m.madvise(getattr(mmap, advice))
     return np.frombuffer(m, dtype).reshape(shape)
 
 
@@ -140,19 +149,48 @@ def _check_dtype(dtype) -> np.dtype:
 
 
 class KVCache(CacheIndex):
+    """A model's cache: capacity positions allocated (KV_START, then doubled as needed, up to max_ctx)."""
+
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int, dtype=np.float32):
         super().__init__(max_ctx)
-        dtype = _check_dtype(dtype)
-        shape = (n_layers, n_kv_heads, max_ctx, kv_row(dtype, head_dim))
-        self.k = lazy_zeros(shape, dtype)  # k: [layers, kv_heads, max_ctx, head_dim]
-        self.v = lazy_zeros(shape, dtype)  # v: [layers, kv_heads, max_ctx, head_dim]
+        self.dtype = _check_dtype(dtype)
+        self._dims = (n_layers, n_kv_heads, kv_row(self.dtype, head_dim))
+        self._allocate(min(max_ctx, KV_START))
+
+    def _allocate(self, capacity: int) -> None:
+        layers, kv, row = self._dims
+        self.k = lazy_zeros((layers, kv, capacity, row), self.dtype, huge=True)  # [layers, kv_heads, capacity, row]
+        self.v = lazy_zeros((layers, kv, capacity, row), self.dtype, huge=True)
+
+    @property
+    def capacity(self) -> int:
+        """Positions allocated: each (layer, kv head) run of rows is this long."""
+        return int(self.k.shape[2])
+
+    def grow(self, n: int) -> bool:
+        """Makes room for positions 0..n-1 (n <= max_ctx; check_room first): doubles the capacity as often as
+        needed (up to max_ctx), the filled positions copied. True when the arrays were replaced: views of the
+        old ones (the model's layers, its native step) must be taken again."""
+        if n <= self.capacity:
+            return False
+        if n > self.max_ctx:
+            raise ContextOverflowError(f"{n} positions do not fit in the context of {self.max_ctx} tokens")
+        cap = self.capacity
+        while cap < n:
+            cap *= 2
+        old_k, old_v, t = self.k, self.v, self.length
+        self._allocate(min(cap, self.max_ctx))
+        self.k[:, :, :t] = old_k[:, :, :t]
+        self.v[:, :, :t] = old_v[:, :, :t]
+        return True
 
     @classmethod
     def over(cls, k: np.ndarray, v: np.ndarray) -> "KVCache":
         """A cache over existing buffers k, v: [layers, kv_heads, max_ctx, head_dim] (e.g. one slot of a
-        SlotKVCache); nothing is allocated."""
+        SlotKVCache), never grown; nothing is allocated."""
         c = cls.__new__(cls)
         c.k, c.v = k, v
+        c.dtype = k.dtype
         c.max_ctx = int(k.shape[2])
         c.length = 0
         c.tokens = []
@@ -160,12 +198,13 @@ class KVCache(CacheIndex):
 
     @property
     def nbytes(self) -> int:
+        """Bytes allocated (the capacity's)."""
         return int(self.k.nbytes + self.v.nbytes)
 
     @property
     def used_bytes(self) -> int:
         """Bytes of the filled part (what attention reads)."""
-        return int(self.nbytes * self.length // self.max_ctx)
+        return int(self.nbytes * self.length // self.capacity)
 
 
 class SlotKVCache:
@@ -175,7 +214,8 @@ class SlotKVCache:
         (row: head_dim, or head_dim + 4 for int8, as in KVCache)
 
     Each layer's slice k[l, s] is contiguous, so the native batched step reaches slot s of layer l at a
-    fixed stride (k.strides[1]) from slot 0. Memory grows with what is written (lazy_zeros).
+    fixed stride (k.strides[1]) from slot 0. Allocated whole at max_ctx, on 4 KiB pages: memory grows with
+    what is written (lazy_zeros).
     """
 
     def __init__(self, n_slots: int, n_layers: int, n_kv_heads: int, head_dim: int, max_ctx: int,

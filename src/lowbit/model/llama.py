@@ -49,7 +49,7 @@ def project(lins: tuple[Linear, ...], x: np.ndarray) -> list[np.ndarray]:
 
 
 class Block:
-    """One decoder layer. Reads its K/V slice of the static cache: kc, vc: [kv_heads, max_ctx, head_dim]."""
+    """One decoder layer. Reads its K/V slice of the cache: kc, vc: [kv_heads, capacity, head_dim]."""
 
     def __init__(self, model: "Model", i: int, get: Callable[[str], object]):
         a = model.args
@@ -87,7 +87,7 @@ class Block:
         if model.sub_norms:
             self.attn_sub = model.rms_weight(get(p + "self_attn.attn_sub_norm.weight"))  # [heads*hd]
             self.ffn_sub = model.rms_weight(get(p + "mlp.ffn_sub_norm.weight"))  # [inter]
-        self.kc = model.cache.k[i]  # [kv_heads, max_ctx, hd], a view of the static cache
+        self.kc = model.cache.k[i]  # [kv_heads, capacity, hd], a view of the cache (taken again when it grows)
         self.vc = model.cache.v[i]
 
     def _mlp(self, x: np.ndarray) -> np.ndarray:
@@ -359,9 +359,26 @@ class Model:
         """Re-allocates the KV cache as `kind` ("f32", "f16" or "int8"), empty; the native step is rebuilt on
         its next use. int8 keeps each row's values and its scale (kv_cache.py): half of float16's bytes."""
         self._new_cache(kind)
+        self._cache_replaced()
+
+    def _cache_replaced(self) -> None:
+        """The layers' views of the cache taken again; the native step rebuilt on its next use."""
         for i, blk in enumerate(self.layers):
             blk.kc, blk.vc = self.cache.k[i], self.cache.v[i]
         self._native = None
+
+    def _room(self, n_new: int) -> None:
+        """Checks that n_new more positions fit the context, and grows the cache to hold them."""
+        c = self.cache
+        c.check_room(n_new)
+        if c.grow(c.length + n_new):
+            self._cache_replaced()
+
+    def reserve(self, n: int) -> None:
+        """Grows the cache now to hold n positions (n <= max_context), so that no later call replaces it (and
+        the native step with it) while a caller holds them."""
+        if self.cache.grow(n):
+            self._cache_replaced()
 
     def prefill(self, ids, all_logits: bool = False, chunk: int = PREFILL_CHUNK) -> np.ndarray:
         """Runs ids after the cached positions, `chunk` tokens per native forward (GEMMs over the chunk).
@@ -370,6 +387,7 @@ class Model:
         numpy reference (prefill_python) only when the model has no native step (a warning says why).
         """
         ids = self._prompt_ids(ids)
+        self._room(len(ids))
         nat = self._native_decoder()
         if nat is None:
             return self.prefill_python(ids, all_logits, chunk)
@@ -404,8 +422,8 @@ class Model:
         """prefill() in numpy around the matmul kernels: the reference the native forward is tested against."""
         ids = self._prompt_ids(ids)
         n = len(ids)
+        self._room(n)
         c = self.cache
-        c.check_room(n)
         outs = []
         with single_threaded_blas():  # numpy's attention matmuls must not fight lowbit's pool for the cores
             for s in range(0, n, chunk):
@@ -432,8 +450,9 @@ class Model:
         token = self._token(token)
         c = self.cache
         pos = c.length
-        if pos >= c.max_ctx:
-            c.check_room(1)
+        if pos >= c.capacity:
+            self._room(1)
+            c = self.cache
         nat = self._native_decoder()
         if nat is None:
             return self.decode_python(token)

@@ -96,7 +96,7 @@ class NativeDecoder:
         kv_f16 = cache.k.dtype == np.float16  # passed as uint16 views
         try:  # a shape or constant outside what the step takes (e.g. head_dim > 512) -> the reason
             dec = _native.Decoder(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
-                                  a.intermediate_size, cache.max_ctx, float(a.rms_norm_eps), act, C, S, kv_kind(cache.k.dtype))
+                                  a.intermediate_size, cache.k.shape[-2], float(a.rms_norm_eps), act, C, S, kv_kind(cache.k.dtype))
         except ValueError as e:
             return str(e)
         keep = [C, S, head]

@@ -32,13 +32,14 @@ def step_profile(model, prompt_tokens: int = 128, gen_tokens: int = 64, repeats:
     """Runs `repeats` rounds (after a warm-up) of a prefill of prompt_tokens and gen_tokens greedy decode
     steps with the native timers on. -> {"decode" | "prefill": {category: ms per token, "python": ms per
     token, "total": ms per token, "tokens": n}}."""
+    if prompt_tokens + gen_tokens > model.max_context:
+        raise ValueError(f"prompt + generation ({prompt_tokens + gen_tokens}) exceed the context ({model.max_context})")
+    model.reserve(prompt_tokens + gen_tokens)  # a cache that grew mid-run would replace the native step timed here
     nat = model._native_decoder()
     if nat is None:
         raise ValueError("profiling needs the native step, and this model runs the numpy reference")
     rng = np.random.default_rng(seed)
     prompt = [int(t) for t in rng.integers(0, model.args.vocab_size, size=prompt_tokens)]
-    if prompt_tokens + gen_tokens > model.max_context:
-        raise ValueError(f"prompt + generation ({prompt_tokens + gen_tokens}) exceed the context ({model.max_context})")
     wall = {"decode": 0.0, "prefill": 0.0}
     for r in range(repeats + 1):  # the first round is the warm-up
         if r == 1:
