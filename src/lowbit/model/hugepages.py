@@ -1,4 +1,5 @@
-"""The decoder's packed weight codes on 2 MiB pages (transparent huge pages), in the order decode reads them.
+"""The decoder's packed weight codes (the blocks', then the lm_head's) on 2 MiB pages (transparent huge pages), in
+the order decode reads them.
 
 A decode step streams every weight once. On 4 KiB pages that is a TLB miss every 4 KiB (a page walk the
 hardware prefetcher does not cross into). Where a model's codes land is otherwise an accident: numpy

@@ -8,9 +8,9 @@
 Positions 0..length-1 are filled; attention reads only that part (k[l, :, :length]). A model's cache
 (KVCache) starts at KV_START positions and doubles (KVCache.grow, up to max_ctx) when a prompt or a token
 would pass its capacity, the filled part copied: the model rebuilds its native step over the new arrays.
-Its buffers are on transparent huge pages: on 4 KiB pages every kv head's K/V walk crossed a page every
-4 KiB (a TLB miss, the hardware prefetchers restarting), and bitnet-0.7b's decode attention took 1.23x the
-time (1.91 -> 1.57 ms a token at 1 thread, docs/kv_cache.md, stop 38). Memory stays at most twice the filled length (capacity, not
+Its buffers are on transparent huge pages (a private mapping): on 4 KiB pages every kv head's K/V walk crossed
+a page every 4 KiB (a TLB miss, the hardware prefetchers restarting), and bitnet-0.7b's decode attention took
+1.4x the time (2.02 -> 1.45 ms a token at 1 thread, docs/kv_cache.md, stop 38). Memory stays at most twice the filled length (capacity, not
 max_ctx). The multi-slot cache of batching (SlotKVCache) is allocated whole at max_ctx, so it stays on
 lazily mapped 4 KiB pages that grow with what is written. `tokens` remembers which ids fill the cache, so a
 new prompt that extends the old one (multi-turn chat) re-uses the prefix.
@@ -134,7 +134,9 @@ def lazy_zeros(shape, dtype, huge: bool = False) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes == 0:
         return np.zeros(shape, dtype)
-    m = mmap.mmap(-1, nbytes)
+    # private: mmap(-1)'s default is a shared mapping, shmem, which takes huge pages only where the kernel's
+    # shmem_enabled allows (here: never)
+    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     advice = "MADV_HUGEPAGE" if huge else "MADV_NOHUGEPAGE"
     if hasattr(m, "madvise") and hasattr(mmap, advice):
         m.madvise(getattr(mmap, advice))
