@@ -6,7 +6,9 @@
 // Each head's K and V hold 168 rows; a head reads its first ROWS of them (a multiple of 8).
 //   CB=n: the cache in blocks of n positions, [block][head][n rows][96], walked block by block over the heads,
 //             each head's running max, sum and output kept between its blocks (the same operations a head, so the
-//             same bits as a head in one go): ROWS / n whole blocks.
+//             same bits as a head in one go); the last block read in part when n does not divide ROWS.
+//             IL=1 with it: each (block, head)'s V rows right after its K rows, one stream.
+//   P=rows: the rows a head's buffer holds (default 168; P=256 for blocks read up to 256 rows).
 //   ROWS 168: head h's K stream runs straight on into head h + 1's (the same for V): one continuous stream a
 //             layer, as if the cache were laid out so that decode's rows of all heads are back to back.
 //   ROWS 160: a 1.5 KB gap before each head (the model's cache: each head's rows are an island, max_ctx apart).
@@ -19,6 +21,9 @@
 // stream; a software prefetch recovers only part of it), more than the head's whole compute. In blocks of 64
 // (CB=64, 128 rows: two blocks a head) 1.71-1.85 us against 3.86-4.43 for the same 128 rows read head by head from
 // the head-major cache (27-29 against 11-13 GB/s); blocks of 56 (168 rows) 2.33-2.46, of 8 2.68-2.77.
+// Stop 38 (P=256): a partly read last block costs its heads a cold start each again: blocks of 64 at 160 rows
+// 3.0-3.2 us, at 176 3.5-3.7 (192: 2.7-2.8); blocks of 16 at 160 2.3, 176 2.6, 192 2.8-2.9; 32 in between. IL=1 (K
+// and V of a block in one stream, read K tile, V tile): 2x slower (4.7-5.0 against 2.1-2.3 at 128 rows, CB=16).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -98,15 +103,16 @@ constexpr int HD = 96, T = 8;
 int main(int argc, char** argv) {
   const int rows = argc > 1 ? atoi(argv[1]) : 168, pf = argc > 2 ? atoi(argv[2]) : 0;
   const int in_cache = argc > 3 ? atoi(argv[3]) : 0;
-  const int L = 24, H = 16, P = 168, RB = HD * 2, TB = T * RB, NT = std::min(rows, P) / T;
+  const int P = getenv("P") ? atoi(getenv("P")) : 168;  // rows a head's buffer holds
+  const int L = 24, H = 16, RB = HD * 2, TB = T * RB, NT = std::min(rows, P) / T;
   const size_t per = (size_t)H * P * RB;
   std::mt19937 rng(0);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<char*> K(L), V(L);
   for (int l = 0; l < L; ++l) {
-    K[l] = (char*)aligned_alloc(4096, per);
+    K[l] = (char*)aligned_alloc(4096, 2 * per);  // twice: IL keeps V beside K in it
     V[l] = (char*)aligned_alloc(4096, per);
-    for (size_t i = 0; i < per; i += 2) *(uint16_t*)(K[l] + i) = _cvtss_sh(nd(rng), 0);
+    for (size_t i = 0; i < 2 * per; i += 2) *(uint16_t*)(K[l] + i) = _cvtss_sh(nd(rng), 0);
     for (size_t i = 0; i < per; i += 2) *(uint16_t*)(V[l] + i) = _cvtss_sh(nd(rng), 0);
   }
   std::vector<char> flush(64 << 20, 1);
@@ -121,7 +127,7 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     static const int CB = getenv("CB") ? atoi(getenv("CB")) : 0;
     if (CB) {  // the same buffers read as [block][head][CB rows][96]
-      const int NC = std::min(rows, P) / CB;
+      const int NC = (std::min(rows, P) + CB - 1) / CB;  // the last block partly read
       alignas(64) static float ost[16][HD];
       static float mst[16], lst[16];
       for (int l = 0; l < L; ++l) {
@@ -133,12 +139,15 @@ int main(int argc, char** argv) {
         }
         for (int c = 0; c < NC; ++c)
           for (int h = 0; h < H; ++h) {
-            const uint16_t* Kh = (const uint16_t*)(K[ll] + ((size_t)c * H + h) * CB * RB);
-            const uint16_t* Vh = (const uint16_t*)(V[ll] + ((size_t)c * H + h) * CB * RB);
+            static const bool IL = getenv("IL") != nullptr;
+            const uint16_t* Kh = IL ? (const uint16_t*)(K[ll] + ((size_t)c * H + h) * 2 * CB * RB)
+                                    : (const uint16_t*)(K[ll] + ((size_t)c * H + h) * CB * RB);
+            const uint16_t* Vh = IL ? Kh + CB * HD : (const uint16_t*)(V[ll] + ((size_t)c * H + h) * CB * RB);
             __m512 o[6];
             for (int u = 0; u < 6; ++u) o[u] = _mm512_load_ps(ost[h] + 16 * u);
             float mx = mst[h], lsum = lst[h];
-            for (int t = 0; t < CB / T; ++t) tile_step(q, Kh + t * T * HD, Vh + t * T * HD, o, mx, lsum);
+            const int nt = (std::min(CB, std::min(rows, P) - c * CB) + T - 1) / T;
+            for (int t = 0; t < nt; ++t) tile_step(q, Kh + t * T * HD, Vh + t * T * HD, o, mx, lsum);
             for (int u = 0; u < 6; ++u) _mm512_store_ps(ost[h] + 16 * u, o[u]);
             mst[h] = mx;
             lst[h] = lsum;
@@ -171,7 +180,7 @@ int main(int argc, char** argv) {
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / (L * H);
     if (us < best) best = us;
   }
-  const int cb = getenv("CB") ? atoi(getenv("CB")) : 0, read = cb ? std::min(rows, P) / cb * cb : NT * T;
+  const int cb = getenv("CB") ? atoi(getenv("CB")) : 0, read = cb ? (std::min(rows, P) + T - 1) / T * T : NT * T;
   printf("%d of %d rows a head%s%s, %s: %.2f us a head (%.1f GB/s of K/V)%s\n", read, P, pf ? ", prefetch" : "",
          cb ? ", in blocks" : "", in_cache ? "in cache" : "from DRAM", best, 2.0 * read * RB / best / 1e3,
          total == 1.5f ? "!" : "");
