@@ -1,10 +1,14 @@
-"""The blocks' packed codes moved onto 2 MiB pages (lowbit.model.hugepages, done by NativeDecoder.build): the
-same bytes in decode order in one 2 MiB-aligned arena, bitwise the same logits, file-backed codes left alone."""
+"""The blocks' and an untied lm_head's packed codes moved onto 2 MiB pages (lowbit.model.hugepages, done by
+NativeDecoder.build): the same bytes in decode order in one 2 MiB-aligned arena, bitwise the same logits,
+file-backed codes left alone."""
 import mmap
 
 import numpy as np
 import pytest
 
+from lowbit.formats.int6 import Int6Weight
+from lowbit.formats.intcodes import IntCodeWeight
+from lowbit.bench.e2e import random_weight
 from lowbit.model import Model
 from lowbit.model.dummy import dummy_weights
 from lowbit.model.hugepages import _streamed, codes_to_hugepages, file_backed, hugepage_buffer
@@ -28,7 +32,10 @@ def test_moved_codes_give_bitwise_the_same_logits(isa, fmt):
     else:
         model = build(fmt, "llama")
     ws = decode_order_packed_weights(model)
-    assert len(ws) == 7 * len(model.layers)
+    head = model.lm_head.weight
+    n_head = 2 if isinstance(head, Int6Weight) else 1 if isinstance(head, IntCodeWeight) else 0
+    assert n_head == 1 or fmt not in ("ternary", "int4")  # their int8 heads move too
+    assert len(ws) == 7 * len(model.layers) + n_head and (n_head == 0 or ws[-1] is head or ws[-1] is head.hi)
     names = [_streamed(w) for w in ws]
     assert all(n == "codes" for n in names) or fmt == "codebook-b4"
     codes_of = lambda: [getattr(w, n) for w, n in zip(ws, names)]
@@ -100,3 +107,25 @@ def test_hugepage_buffer():
         assert file_backed(b)  # a raw mmap in its base chain: codes_to_hugepages never copies an arena's views
     with pytest.raises(ValueError, match="nbytes must be positive"):
         hugepage_buffer(0)
+
+
+
+def test_an_int6_head_moves_both_planes_and_a_tied_head_stays():
+    # the default conversion's int6 lm_head: both planes into the arena after the blocks', bitwise the same logits
+    cfg = {**config("llama"), "tie_word_embeddings": False}
+    weights = dummy_weights(cfg)
+    weights["lm_head.weight"] = random_weight("int6", cfg["vocab_size"], cfg["hidden_size"], np.random.default_rng(0))
+    model = Model.from_weights(cfg, weights, format="int4", max_context=48)
+    head = model.lm_head.weight
+    assert isinstance(head, Int6Weight)
+    ws = decode_order_packed_weights(model)
+    assert len(ws) == 7 * len(model.layers) + 2 and ws[-2] is head.lo and ws[-1] is head.hi
+    model._native = NativeDecoder.build(model, hugepages=False)
+    ref = logits_of(model)
+    model._native = NativeDecoder.build(model)
+    assert head.lo._on_hugepages and head.hi._on_hugepages
+    assert all(np.array_equal(a, b) for a, b in zip(logits_of(model), ref))
+    # tied to the embedding, the head shares its table: moving it would copy it
+    tied = {**config("llama"), "tie_word_embeddings": True}
+    model = Model.from_weights(tied, dummy_weights(tied), format="int4", max_context=48)
+    assert model.tied and len(decode_order_packed_weights(model)) == 7 * len(model.layers)

@@ -50,8 +50,9 @@ def linear_tuple(lin):
 
 def decode_order_packed_weights(model) -> list:
     """The packed-code weights (integer codes, rsr's dense part, tq1, codebook) in the order a decode step reads
-    them: the blocks', then the lm_head's (int6: its two planes). The lm_head was left where it was built: an
-    int6 head's 4-bit plane of bitnet-0.7b (24 MB) on 4 KiB pages, its 2-bit plane on huge ones."""
+    them: the blocks', then an untied lm_head's (int6: its two planes; a head tied to the embedding shares its
+    table, which a move would copy). The lm_head was left where it was built: an int6 head's 4-bit plane of
+    bitnet-0.7b (24 MB) on 4 KiB pages, its 2-bit plane on huge ones."""
     out = []
     for blk in model.layers:
         for n in ("q", "k", "v", "o", "gate", "up", "down"):
@@ -60,7 +61,7 @@ def decode_order_packed_weights(model) -> list:
                 w = w.dense
             if isinstance(w, (IntCodeWeight, TQ1Weight, CodebookWeight)):
                 out.append(w)
-    head = getattr(model.lm_head, "weight", None)
+    head = None if getattr(model, "tied", False) else getattr(model.lm_head, "weight", None)
     if isinstance(head, Int6Weight):
         out += [head.lo, head.hi]
     elif isinstance(head, IntCodeWeight):
