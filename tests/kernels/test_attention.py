@@ -278,17 +278,37 @@ def test_gqa_queries_fused_or_alone_give_the_same_bits(isa, rng, group, hd, kv, 
 
 
 @pytest.mark.parametrize("hd", [64, 96, 80])
-@pytest.mark.parametrize("window", [0, 5, 13])
+@pytest.mark.parametrize("window", [0, 5, 13, 70])
 @pytest.mark.parametrize("kv", KV)
 def test_mha_block_rows_fused_or_alone_give_the_same_bits(isa, rng, hd, window, kv):
     # MHA (one query a kv head): AVX-512 runs up to 3 rows of a prefill block through a tile together where each
     # sees the whole tile; the rows that see part of it (the diagonal, a window's start) go alone. A row's bits
-    # are its own: the same as the row run alone (a decode step, its tiles read in place), and the reference's
-    kc, vc = make_cache(rng, 1, 2, 96, hd, kv)
-    q = rng.standard_normal((23, 2, hd)).astype(np.float32) * 0.3
-    pos = np.arange(41, 64)
-    block = run(q, kc, vc, pos, np.zeros(23, np.int64), split_min=0, window=window)
-    for r in range(23):
-        alone = run(q[r:r + 1], kc, vc, pos[r:r + 1], [0], split_min=0, window=window)
-        assert np.array_equal(alone[0], block[r])
+    # are its own: the same as the row run alone (a decode step, its tiles read in place), and the reference's; with
+    # 1 and 2 threads (a task's heads one after the other, the prefetch running on into the next head's).
+    kc, vc = make_cache(rng, 1, 3, 160, hd, kv)
+    q = rng.standard_normal((23, 3, hd)).astype(np.float32) * 0.3
+    pos = np.arange(110, 133)
+    before = _native.get_threads()
+    try:
+        for threads in (1, 2):
+            _native.set_threads(threads)
+            block = run(q, kc, vc, pos, np.zeros(23, np.int64), split_min=0, window=window)
+            for r in range(23):
+                alone = run(q[r:r + 1], kc, vc, pos[r:r + 1], [0], split_min=0, window=window)
+                assert np.array_equal(alone[0], block[r])
+            if threads == 1:
+                first = block
+            assert np.array_equal(block, first)
+    finally:
+        _native.set_threads(before)
     np.testing.assert_allclose(block, reference(q, kc, vc, pos, np.zeros(23, np.int64), window), rtol=2e-4, atol=2e-5)
+
+
+def test_a_lone_query_reads_no_row_past_the_cache(isa, rng):
+    # the last tile of a decode row at the cache's end, 5 rows of a tile of 8, is widened (read in place, its rows
+    # 5-7 would be the next kv head's, or past the array for the last one: the sanitizer run would see it)
+    for kv in KV:
+        kc, vc = make_cache(rng, 1, 2, 13, 96, kv)
+        q = rng.standard_normal((1, 2, 96)).astype(np.float32) * 0.3
+        got = run(q, kc, vc, [12], [0], split_min=0)
+        np.testing.assert_allclose(got, reference(q, kc, vc, [12], [0]), rtol=2e-4, atol=2e-5)
