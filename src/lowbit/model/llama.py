@@ -369,10 +369,8 @@ class Model:
 
     def _room(self, n_new: int) -> None:
         """Checks that n_new more positions fit the context, and grows the cache to hold them."""
-        c = self.cache
-        c.check_room(n_new)
-        if c.grow(c.length + n_new):
-            self._cache_replaced()
+        self.cache.check_room(n_new)
+        self.reserve(self.cache.length + n_new)
 
     def reserve(self, n: int) -> None:
         """Grows the cache now to hold n positions (n <= max_context), so that no later call replaces it (and

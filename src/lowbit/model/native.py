@@ -101,6 +101,7 @@ class NativeDecoder:
         S = np.ascontiguousarray(rope.S, np.float32)
         cache = slots if slots is not None else model.cache
         kv_f16 = cache.k.dtype == np.float16  # passed as uint16 views
+        # the rows a (layer, kv head) run holds: a model cache's capacity (it grows), the slots' max_ctx
         try:  # a shape or constant outside what the step takes (e.g. head_dim > 512) -> the reason
             dec = _native.Decoder(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
                                   a.intermediate_size, cache.k.shape[-2], float(a.rms_norm_eps), act, C, S, kv_kind(cache.k.dtype))
