@@ -52,7 +52,10 @@ static void* kv_alloc(size_t n) {
 }
 
 int main(int argc, char** argv) {
-  const int L = 24, H = 16, hd = 96, pos = 160;
+  // GQA or other shapes: PL layers, PH kv heads, PG queries a kv head, PHD head dim, PPOS the query's position
+  // (bitnet-2b: PL=30 PH=5 PG=4 PHD=128)
+  auto env = [](const char* k, int d) { return getenv(k) ? atoi(getenv(k)) : d; };
+  const int L = env("PL", 24), H = env("PH", 16), G = env("PG", 1), hd = env("PHD", 96), pos = env("PPOS", 160);
   const int ctx = argc > 1 ? atoi(argv[1]) : 168;
   const bool in_cache = argc > 2 && atoi(argv[2]);
   const int mis = getenv("MISALIGN") ? atoi(getenv("MISALIGN")) : 0;
@@ -68,39 +71,58 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; ++i) K[l][i] = _cvtss_sh(nd(rng), 0);
     for (size_t i = 0; i < n; ++i) V[l][i] = _cvtss_sh(nd(rng), 0);
   }
-  std::vector<float> q(H * hd), out(H * hd);
-  for (auto& x : q) x = 0.1f * nd(rng);
+  std::vector<float> q(H * G * hd), out(H * G * hd);
+  const float qs = getenv("PQS") ? atof(getenv("PQS")) : 0.1f;  // the queries' scale (their scores' spread)
+  for (auto& x : q) x = qs * nd(rng);
   std::vector<char> flush(64 << 20, 1);
   const int64_t lo = 0, hi = pos + 1;
+  // PNH kv heads a task (the tile prefetch runs on into the next head within a task; the driver: n_kv / (2 T));
+  // PSTREAM MB of other memory read before each layer, untimed (a model streams its weights between attentions)
+  const int nh = env("PNH", 8), stream_mb = env("PSTREAM", 0), prep_write = env("PWRITE", 0);  // PWRITE=1: see below
+  std::vector<char> other((size_t)std::max(1, stream_mb) << 20 << 3, 1);
+  size_t other_at = 0;
   double best = 1e9;
   for (int rep = 0; rep < 9; ++rep) {
     volatile long sink = 0;
     if (!in_cache)
       for (size_t i = 0; i < flush.size(); i += 64) sink += flush[i];
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int l = 0; l < L; ++l)
+    double elapsed = 0;
+    for (int l = 0; l < L; ++l) {
+      if (stream_mb && !in_cache) {
+        __m512i acc = _mm512_setzero_si512();
+        for (size_t i = 0; i < ((size_t)stream_mb << 20); i += 64, other_at = (other_at + 64) % other.size())
+          acc = _mm512_xor_si512(acc, _mm512_loadu_si512(other.data() + other_at));
+        sink += _mm_cvtsi128_si64(_mm512_castsi512_si128(acc));
+      }
+      const auto t0 = std::chrono::steady_clock::now();
       for (int h = 0; h < H; ++h) {
         const int ll = in_cache ? 0 : l, hh = in_cache ? h % 4 : h;
         AttnBlock b{};
-        b.q = q.data() + hh * hd;
-        b.out = out.data() + hh * hd;
+        b.q = q.data() + hh * G * hd;
+        b.out = out.data() + hh * G * hd;
         b.rows = 1;
-        b.group = 1;
-        b.row_stride = H * hd;
+        b.group = G;
+        b.row_stride = H * G * hd;
         b.hd = hd;
         b.lo = &lo;
         b.hi = &hi;
         b.K = K[ll] + (size_t)hh * ctx * hd;
         b.V = V[ll] + (size_t)hh * ctx * hd;
         b.kv = KvType::kF16;
-        if (h % 8 != 7 && !in_cache) {
+        if (h % nh != nh - 1 && h + 1 < H && !in_cache) {
           b.next_K = K[ll] + (size_t)(hh + 1) * ctx * hd;
           b.next_V = V[ll] + (size_t)(hh + 1) * ctx * hd;
           b.next_hi = hi;
         }
+        if (prep_write) {  // the decoder's prep: this step's K/V rows written (float16) right before the head's attention
+          ops.f32_to_f16_row(q.data(), K[ll] + ((size_t)hh * ctx + pos) * hd, hd);
+          ops.f32_to_f16_row(q.data(), V[ll] + ((size_t)hh * ctx + pos) * hd, hd);
+        }
         ops.attn_block(b);
       }
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / (L * H);
+      elapsed += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    }
+    const double us = elapsed / (L * H);
     if (us < best) best = us;
   }
   printf("%s, ctx %d, %s: %.2f us per kv head (%.1f GB/s of K/V)\n", getenv("VARIANT") ? "variant" : "installed", ctx,

@@ -11,7 +11,7 @@ from lowbit.formats.intcodes import IntCodeWeight
 from lowbit.bench.e2e import random_weight
 from lowbit.model import Model
 from lowbit.model.dummy import dummy_weights
-from lowbit.model.hugepages import _streamed, codes_to_hugepages, file_backed, hugepage_buffer
+from lowbit.model.hugepages import _streamed, codes_to_hugepages, file_backed, hugepage_buffer, mapping_of
 from lowbit.model.native import NativeDecoder, decode_order_packed_weights
 
 from .test_native_decoder import config
@@ -105,6 +105,12 @@ def test_hugepage_buffer():
     assert int(b.sum()) == 7 * 5000
     if hasattr(mmap, "MAP_PRIVATE"):
         assert file_backed(b)  # a raw mmap in its base chain: codes_to_hugepages never copies an arena's views
+        # the mapping runs on to the end of the buffer's last huge page, so that page can be a huge one too
+        for n in (5000, (2 << 20) + 4096, 3 << 20):
+            m = mapping_of(hugepage_buffer(n))
+            base = np.frombuffer(m, np.uint8).ctypes.data
+            start = base + (-base) % (2 << 20)
+            assert base + len(m) >= start + -(-n // (2 << 20)) * (2 << 20), n
     with pytest.raises(ValueError, match="nbytes must be positive"):
         hugepage_buffer(0)
 

@@ -43,6 +43,16 @@ def test_a_model_cache_starts_small_whatever_its_context():
     assert grown < c.nbytes + (4 << 20), f"{grown / 2**20:.1f} MiB resident after one position"
 
 
+def test_a_model_cache_lies_on_whole_huge_pages():
+    # 2 MiB aligned, before and after a growth: mmap's own alignment (4 KiB) left the ends of the cache on small pages
+    c = KVCache(3, 2, 64, 1024, np.float16)
+    for grown in (False, True):
+        if grown:
+            assert c.grow(600)
+        for a in (c.k, c.v):
+            assert a.ctypes.data % (2 << 20) == 0, hex(a.ctypes.data)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8])
 def test_grow_doubles_keeps_the_filled_part_and_stops_at_max_ctx(dtype):
     rng = np.random.default_rng(0)

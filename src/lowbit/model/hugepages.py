@@ -69,8 +69,10 @@ def hugepage_buffer(nbytes: int) -> np.ndarray:
         buf = np.zeros(nbytes + HUGE, np.uint8)
         off = (-buf.ctypes.data) % HUGE
         return buf[off:off + nbytes]
-    # private: a shared anonymous mapping is shmem, which THP leaves alone (shmem_enabled is usually never)
-    m = mmap.mmap(-1, nbytes + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    # private: a shared anonymous mapping is shmem, which THP leaves alone (shmem_enabled is usually never).
+    # Whole huge pages past the aligned start: with only nbytes + HUGE mapped, the last partial huge page of the
+    # buffer could end past the mapping and stay on 4 KiB pages.
+    m = mmap.mmap(-1, -(-nbytes // HUGE) * HUGE + HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
         try:
             m.madvise(mmap.MADV_HUGEPAGE)
