@@ -175,16 +175,19 @@ def decode_rates(row: dict, per_tok: dict, bandwidth_gbps: float) -> dict:
     def rate(nbytes: int, *cats: str) -> float:
         ms = sum(row.get(c, 0.0) for c in cats)
         return nbytes / (ms * 1e6) if ms > 0 else 0.0
+    token = rate(per_tok["total"], "total")
     return {"gemv_gbps": rate(per_tok["blocks"], "gemv", "join_gemv"),
             "attention_gbps": rate(per_tok["kv_cache"], "attention", "join_attention"),
             "lm_head_gbps": rate(per_tok["lm_head"], "lm_head", "join_lm_head"),
-            "token_gbps": rate(per_tok["total"], "total"), "bandwidth_gbps": float(bandwidth_gbps)}
+            "token_gbps": token, "bandwidth_gbps": float(bandwidth_gbps),
+            "roofline_fraction": token / bandwidth_gbps if bandwidth_gbps > 0 else 0.0}
 
 
 def format_rates(r: dict) -> str:
     return (f"  decode streams (bytes per token / its ms, joins at its barriers included): GEMV {r['gemv_gbps']:.1f}, "
             f"attention (KV) {r['attention_gbps']:.1f}, lm_head {r['lm_head_gbps']:.1f}, whole token "
-            f"{r['token_gbps']:.1f} GB/s; bandwidth read {r['bandwidth_gbps']:.1f} GB/s")
+            f"{r['token_gbps']:.1f} GB/s ({100 * r['roofline_fraction']:.0f}% of the roofline); bandwidth read "
+            f"{r['bandwidth_gbps']:.1f} GB/s around the profiled rounds")
 
 
 def print_result(r: dict) -> None:
@@ -264,9 +267,16 @@ def main(args) -> int:
     if args.profile:
         from lowbit.model.profile import step_profile
 
+        # The profiled rounds run minutes after the timed ones, and the host's share of the DRAM drifts by the
+        # minute: their streams are set against the bandwidth read right before and after them (as a timed round
+        # against the reads around it), not against the timed rounds' reads.
+        buf = memory.buffer(256 << 20)
+        reads = [bandwidth.measure(threads, passes=2, repeats=1, buf=buf)["gbps"]]
         res["profile"] = step_profile(model, args.prompt_tokens, args.gen_tokens, repeats=max(1, args.repeats - 1))
-        res["profile"]["decode_rates"] = decode_rates(res["profile"]["decode"], res["bytes_per_token"],
-                                                      res["bandwidth_gbps"])
+        reads.append(bandwidth.measure(threads, passes=2, repeats=1, buf=buf)["gbps"])
+        del buf
+        res["profile"]["decode_rates"] = decode_rates(res["profile"]["decode"], res["bytes_per_token"], max(reads))
+        res["profile"]["bandwidth_samples"] = reads
     if args.json:
         print_json(res)
     else:
