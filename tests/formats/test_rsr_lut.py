@@ -7,7 +7,8 @@ from lowbit import _native
 from lowbit.formats.rsr_lut import LUTMatrix, pack_plane
 
 # (M, K): one row / one input, odd M and K (ragged tiles and chunks), M > 64 tiles, K past several int16 spans
-SHAPES = [(1, 1), (5, 3), (63, 7), (64, 4), (65, 101), (130, 257), (37, 1030)]
+SHAPES = [(1, 1), (5, 3), (63, 7), (64, 4), (65, 101), (130, 257), (37, 1030),
+          (580, 301)]  # 10 tiles: binary runs tile pairs (AVX-512) and a lone last tile
 
 
 def make(kind, m, k, rng):
@@ -42,7 +43,7 @@ def test_kernel_path_follows_the_isa(isa):
 @pytest.mark.parametrize("kind", ["binary", "ternary", "int2", "int3", "int4"])
 def test_int16_bound_at_extreme_inputs(isa, kind):
     # every table entry at its largest magnitude (all ones / all -1 / all top codes, |x| = 127) over many spans
-    m, k = 70, 64 * 4 * 5 + 3
+    m, k = 70 + 64 * 8, 64 * 4 * 5 + 3  # 9 tiles: tile pairs (binary, AVX-512) and a lone last tile
     a = {"binary": np.ones((m, k), np.int64), "ternary": -np.ones((m, k), np.int64),
          "int2": np.full((m, k), 3), "int3": np.full((m, k), 7), "int4": np.full((m, k), 15)}[kind]
     lut = {"binary": LUTMatrix.binary, "ternary": LUTMatrix.ternary,

@@ -40,23 +40,36 @@ namespace {
 struct LutJob {
   const LutCall* c;
   const LutKernels* k;
+  bool pairs;  // tasks of two tiles (k->tile2_binary)
 };
 
-void lut_task(void* ctx, int64_t tile) {
+// Token n's int32 dots of tile `tile` (out) into y, scaled.
+void lut_store(const LutCall& c, int64_t tile, int64_t n, const int32_t* out) {
+  const int64_t m0 = tile * kLutRows, rows = std::min<int64_t>(kLutRows, c.M - m0);
+  const float ts = c.coef * (c.tokscale ? c.tokscale[n] : 1.f);
+  float* yn = c.y + n * c.ldy + m0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float v = ts * (c.rowscale ? c.rowscale[m0 + i] : 1.f) * (float)out[i];
+    yn[i] = c.accumulate ? yn[i] + v : v;
+  }
+}
+
+// One task: `per` consecutive tiles from tile * per (2 where the kernel has tile2_binary: a pair at once).
+void lut_task(void* ctx, int64_t task) {
   const LutJob& j = *static_cast<const LutJob*>(ctx);
   const LutCall& c = *j.c;
-  const int64_t K4 = (c.K + 3) / 4;
-  const uint8_t* wt = c.w + tile * K4 * c.p.planes * 32;
-  const int64_t m0 = tile * kLutRows, rows = std::min<int64_t>(kLutRows, c.M - m0);
-  alignas(32) int32_t out[kLutRows];
-  for (int64_t n = 0; n < c.N; ++n) {  // the tile's weights stay in cache across tokens
-    j.k->tile(wt, c.tab + n * K4 * 32, K4, c.p, out);
-    const float ts = c.coef * (c.tokscale ? c.tokscale[n] : 1.f);
-    float* yn = c.y + n * c.ldy + m0;
-    for (int64_t i = 0; i < rows; ++i) {
-      const float v = ts * (c.rowscale ? c.rowscale[m0 + i] : 1.f) * (float)out[i];
-      yn[i] = c.accumulate ? yn[i] + v : v;
+  const int64_t K4 = (c.K + 3) / 4, tiles = (c.M + kLutRows - 1) / kLutRows;
+  const int64_t per = j.pairs ? 2 : 1, t0 = task * per, t1 = std::min(tiles, t0 + per);
+  auto codes = [&](int64_t t) { return c.w + t * K4 * c.p.planes * 32; };
+  alignas(64) int32_t out[2][kLutRows];
+  for (int64_t n = 0; n < c.N; ++n) {  // the tiles' weights stay in cache across tokens
+    const int8_t* tab = c.tab + n * K4 * 32;
+    if (t1 - t0 == 2) {
+      j.k->tile2_binary(codes(t0), codes(t0 + 1), tab, K4, c.p, out[0], out[1]);
+    } else {
+      j.k->tile(codes(t0), tab, K4, c.p, out[0]);
     }
+    for (int64_t t = t0; t < t1; ++t) lut_store(c, t, n, out[t - t0]);
   }
 }
 
@@ -86,8 +99,11 @@ void lut_build_tables(const int8_t* x, int64_t N, int64_t K, int8_t* tab, bool i
 }
 
 void lut_run(const LutCall& c, const LutKernels& k) {
-  LutJob j{&c, &k};
-  pool_run((c.M + kLutRows - 1) / kLutRows, lut_task, &j);
+  const int64_t tiles = (c.M + kLutRows - 1) / kLutRows;
+  // tile pairs only where each thread still gets a few tasks (a short matrix keeps one tile a task)
+  const bool pairs = k.tile2_binary && c.p.planes == 1 && tiles >= 4 * (int64_t)pool_threads();
+  LutJob j{&c, &k, pairs};
+  pool_run(pairs ? (tiles + 1) / 2 : tiles, lut_task, &j);
 }
 
 }  // namespace lowbit

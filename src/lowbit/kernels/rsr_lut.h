@@ -44,6 +44,9 @@ struct LutKernels {
   const char* name;
   void (*tile)(const uint8_t* wt, const int8_t* tab, int64_t K4, const LutPlanes& p, int32_t* out);
   bool i16_tables = false;
+  // Optional: two tiles of a one-plane (binary) matrix at once, out0 / out1 as tile's out for wt0 / wt1.
+  void (*tile2_binary)(const uint8_t* wt0, const uint8_t* wt1, const int8_t* tab, int64_t K4, const LutPlanes& p,
+                       int32_t* out0, int32_t* out1) = nullptr;
 };
 // The ISA kernels' tile_n<PLANES> called with the plane count known at run time:
 // f(std::integral_constant<int, planes>) for planes 1..kLutMaxPlanes.
