@@ -120,7 +120,9 @@ inline void lookup16(const uint8_t* c, int64_t bstride, int64_t slices, const in
     const __m512i u0 = _mm512_set1_epi32((int32_t)m4[2 * s]), u1 = _mm512_set1_epi32((int32_t)m4[2 * s + 1]);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      if (PF) _mm_prefetch((const char*)pf + (s * R + r) * 64, _MM_HINT_T0);
+      // into L2 (T1): into L1 (T0) the one-token GEMV from DRAM ran 1.2-1.4x slower on a Zen 4 (m2v4b4g128 at
+      // Llama3-8B's shapes, 1 thread, scripts/codebook_ab.py 1 3: 0.54-0.68x ternary with T0, 0.71-0.98x with T1)
+      if (PF) _mm_prefetch((const char*)pf + (s * R + r) * 64, _MM_HINT_T1);
       const __m512i cv = _mm512_loadu_si512(c + r * bstride + s * 64);
       const __m512i i0 = _mm512_ternarylogic_epi32(cv, low4, sel, 0xEA);  // (cv & low4) | sel
       const __m512i i1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(cv, 4), low4, sel, 0xEA);
