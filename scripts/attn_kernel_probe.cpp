@@ -13,6 +13,7 @@
 // model's cache, each head's 30 KB stream an island). IN_CACHE=1: 4 heads of one layer over and over.
 // MISALIGN=bytes puts the cache that far past a 4 KiB boundary (stop 37: 0, 16 and 64 all alike).
 // Stop 37 (Zen 4, 1 thread): from DRAM 3.1-3.8 us a head, in cache 2.0-2.1, the Python bench's figures.
+// PSTREAMK=1: the PSTREAM bytes read by the GEMV's read kernel (its prefetch) instead of plain loads.
 #include <immintrin.h>
 
 #include <sys/mman.h>
@@ -88,7 +89,12 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < flush.size(); i += 64) sink += flush[i];
     double elapsed = 0;
     for (int l = 0; l < L; ++l) {
-      if (stream_mb && !in_cache) {
+      if (stream_mb && !in_cache && getenv("PSTREAMK")) {  // the GEMV's read kernel (its prefetch) instead
+        const size_t nb = (size_t)stream_mb << 20;
+        if (other_at + nb > other.size()) other_at = 0;
+        sink += (long)active_kernels().read(reinterpret_cast<const uint8_t*>(other.data()) + other_at, (int64_t)nb);
+        other_at += nb;
+      } else if (stream_mb && !in_cache) {
         __m512i acc = _mm512_setzero_si512();
         for (size_t i = 0; i < ((size_t)stream_mb << 20); i += 64, other_at = (other_at + 64) % other.size())
           acc = _mm512_xor_si512(acc, _mm512_loadu_si512(other.data() + other_at));
