@@ -128,6 +128,11 @@ def describe(model) -> dict:
             "bits_per_weight": 8.0 * n_bytes / max(n_weights, 1), "formats": formats, "params": model.n_params}
 
 
+def read_gbps(threads: int, buf) -> float:
+    """One quick read of the bandwidth roof (`lowbit bench bandwidth`'s kernel over buf), as read beside the rounds."""
+    return bandwidth.measure(threads, passes=2, repeats=1, buf=buf)["gbps"]
+
+
 def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int, label: str) -> dict:
     lowbit.set_threads(threads)
     # The host's DRAM share drifts within minutes: read the roof before every timed round and after the
@@ -137,7 +142,7 @@ def bench(model, threads: int, prompt_tokens: int, gen_tokens: int, repeats: int
     computes: list[float] = []  # the int8 compute roof (`lowbit bench roof`), read beside the bandwidth
 
     def probes():
-        roofs.append(bandwidth.measure(threads, passes=2, repeats=1, buf=buf)["gbps"])
+        roofs.append(read_gbps(threads, buf))
         computes.append(roof.measure(threads, min_time=0.05, repeats=2)["gmacs"])
     speed = run(model, prompt_tokens, gen_tokens, repeats, between=probes)
     bw = {"gbps": max(roofs), "samples": roofs}
@@ -271,9 +276,9 @@ def main(args) -> int:
         # minute: their streams are set against the bandwidth read right before and after them (as a timed round
         # against the reads around it), not against the timed rounds' reads.
         buf = memory.buffer(256 << 20)
-        reads = [bandwidth.measure(threads, passes=2, repeats=1, buf=buf)["gbps"]]
+        reads = [read_gbps(threads, buf)]
         res["profile"] = step_profile(model, args.prompt_tokens, args.gen_tokens, repeats=max(1, args.repeats - 1))
-        reads.append(bandwidth.measure(threads, passes=2, repeats=1, buf=buf)["gbps"])
+        reads.append(read_gbps(threads, buf))
         del buf
         res["profile"]["decode_rates"] = decode_rates(res["profile"]["decode"], res["bytes_per_token"], max(reads))
         res["profile"]["bandwidth_samples"] = reads

@@ -40,14 +40,16 @@ template <bool FLAG>
   }
 }
 
-// lanes 0-15 and 16-31 of an int16 sum as int32, each times its plane's sign and power of two
+// lanes 0-15 (lo) or 16-31 of an int16 sum as int32, times the plane's sign and power of two
+[[gnu::always_inline]] inline __m512i widen_half(__m512i a, bool upper, int sh, bool neg) {
+  __m512i w = _mm512_cvtepi16_epi32(upper ? _mm512_extracti64x4_epi64(a, 1) : _mm512_castsi512_si256(a));
+  w = _mm512_slli_epi32(w, (unsigned)sh);
+  return neg ? _mm512_sub_epi32(_mm512_setzero_si512(), w) : w;
+}
+
+// lanes 0-15 and 16-31 of an int16 sum as int32, each times its plane's sign and power of two, added
 [[gnu::always_inline]] inline __m512i widen(__m512i a, int sh0, bool neg0, int sh1, bool neg1) {
-  __m512i lo = _mm512_cvtepi16_epi32(_mm512_castsi512_si256(a));
-  __m512i hi = _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(a, 1));
-  lo = _mm512_slli_epi32(lo, (unsigned)sh0);
-  hi = _mm512_slli_epi32(hi, (unsigned)sh1);
-  const __m512i z = _mm512_setzero_si512();
-  return _mm512_add_epi32(neg0 ? _mm512_sub_epi32(z, lo) : lo, neg1 ? _mm512_sub_epi32(z, hi) : hi);
+  return _mm512_add_epi32(widen_half(a, false, sh0, neg0), widen_half(a, true, sh1, neg1));
 }
 
 // acc[s] lane i (s = 0..3) is row 2i, 32 + 2i, 2i + 1, 33 + 2i
@@ -80,13 +82,6 @@ void tile_binary(const uint8_t* wt, const int16_t* tab, int64_t K4, const LutPla
       acc[s] = _mm512_add_epi32(acc[s], widen(a[s], p.shift[0], p.neg[0], p.shift[0], p.neg[0]));
   }
   store_rows(acc, out);
-}
-
-// lanes 0-15 (lo) or 16-31 of an int16 sum as int32, times the plane's sign and power of two
-[[gnu::always_inline]] inline __m512i widen_half(__m512i a, bool upper, int sh, bool neg) {
-  __m512i w = _mm512_cvtepi16_epi32(upper ? _mm512_extracti64x4_epi64(a, 1) : _mm512_castsi512_si256(a));
-  w = _mm512_slli_epi32(w, (unsigned)sh);
-  return neg ? _mm512_sub_epi32(_mm512_setzero_si512(), w) : w;
 }
 
 // Two tiles of a binary matrix at once: a zmm holds chunk c of both (tile 0's 32 bytes, then tile 1's), so the

@@ -21,6 +21,8 @@ import mmap
 
 import numpy as np
 
+from lowbit.model.hugepages import hugepage_buffer
+
 
 KV_TYPES = {"f32": np.float32, "f16": np.float16, "int8": np.int8}  # the names the API and CLI take
 KV_START = 256  # a model cache's first capacity in positions (grown by doubling, up to max_ctx)
@@ -137,7 +139,6 @@ def lazy_zeros(shape, dtype, huge: bool = False) -> np.ndarray:
     if huge:
         # 2 MiB aligned at both ends: a mapping at mmap's own (4 KiB) alignment got huge pages only in its aligned
         # interior (a bitnet-2b cache of 7.7 MB: 4 MB of its 6.5 MB resident on huge pages)
-        from lowbit.model.hugepages import hugepage_buffer
         return hugepage_buffer(nbytes).view(dtype).reshape(shape)
     # private: mmap(-1)'s default is a shared mapping, shmem, which takes huge pages only where the kernel's
     # shmem_enabled allows (here: never)

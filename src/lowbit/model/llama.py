@@ -449,8 +449,7 @@ class Model:
         c = self.cache
         pos = c.length
         if pos >= c.capacity:
-            self._room(1)
-            c = self.cache
+            self._room(1)  # grows c in place
         nat = self._native_decoder()
         if nat is None:
             return self.decode_python(token)
