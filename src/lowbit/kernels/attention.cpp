@@ -50,6 +50,7 @@ void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
     b.next_lo = P.lo[T.r0] / 8 * 8;
     b.next_hi = P.hi[T.r0];
   }
+  if (h > T.h) b.pf_skip = kAttnPrefetchAhead;  // the head before ran its prefetch on into this one's K/V
   if (T.chunk < 0) {
     b.out = c.out + T.r0 * QD + h * G * c.hd;
     b.row_stride = QD;
