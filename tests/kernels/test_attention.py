@@ -71,10 +71,11 @@ def check(q, kc, vc, pos, slot, **kw):
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
 
 
-@pytest.mark.parametrize("hd", [64, 80, 96, 128, 20, 3])
+@pytest.mark.parametrize("hd", [64, 80, 96, 128, 20, 3, 48, 256])
 @pytest.mark.parametrize("kv", KV)
 def test_decode_rows_every_head_dim(isa, rng, hd, kv):
-    # decode: lone rows of several slots at lengths 1, 7, 8, 9, 129 (tile edges)
+    # decode: lone rows of several slots at lengths 1, 7, 8, 9, 129 (tile edges); on AVX-512 hd 48 and 256 take the
+    # two passes' run-time head dim (scores) and value passes of 2 + 1 and 8 + 8 vectors
     kc, vc = make_cache(rng, 3, 2, 160, hd, kv)
     pos, slot = [0, 6, 7, 8, 128], [0, 2, 1, 0, 2]
     q = rng.standard_normal((5, 4, hd)).astype(np.float32) * 0.3
@@ -83,9 +84,11 @@ def test_decode_rows_every_head_dim(isa, rng, hd, kv):
 
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("kv", KV)
-def test_prefill_block_gqa(isa, rng, group, kv):
-    # a prefill chunk: 37 consecutive positions 5..41 of slot 1 (blocks of 16 // group rows), GQA groups
-    n_kv, hd = 2, 64
+@pytest.mark.parametrize("hd", [64, 256])
+def test_prefill_block_gqa(isa, rng, group, kv, hd):
+    # a prefill chunk: 37 consecutive positions 5..41 of slot 1 (blocks of 16 // group rows), GQA groups; hd 256 (Gemma
+    # 2): on AVX-512, runs of 3 or 4 queries take value passes of 6 + 6 + 4 vectors
+    n_kv = 2
     kc, vc = make_cache(rng, 2, n_kv, 64, hd, kv)
     pos = np.arange(5, 42)
     q = rng.standard_normal((len(pos), n_kv * group, hd)).astype(np.float32) * 0.3
