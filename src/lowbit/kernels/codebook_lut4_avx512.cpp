@@ -152,6 +152,12 @@ inline void lookup16x4_sums(const uint8_t* c, int64_t bstride, int64_t slices, c
 #undef LOWBIT_LK_BODY
 #undef LOWBIT_LK_OPS
 
+// dst[i] += (scale[i] * d) * the float of sum[i], 16 rows (the group's float step of lookup16).
+inline void add_scaled16(__m512i sum, const uint16_t* scale, __m512 dv, float* dst) {
+  const __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)scale)), dv);
+  _mm512_storeu_ps(dst, _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(sum), _mm512_loadu_ps(dst)));
+}
+
 // R blocks of 16 rows (codes of block r at c + r * bstride) x one token: y[row] += s[row] * d * sum_q mult_q
 // Tq[q][code(row, q)] over the group's slices of 8 pairs. PF: one prefetch per code load, at the same offset from pf.
 template <int R, bool PF>
@@ -162,11 +168,7 @@ inline void lookup16(const uint8_t* c, int64_t bstride, int64_t slices, const in
     if (slices > 0) {
       alignas(64) int32_t sums[64];
       lookup16x4_sums<PF>(c, bstride, slices, Tq, m4, sums, pf);
-      for (int r = 0; r < R; ++r) {
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_load_si512(sums + 16 * r));
-        const __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sc + 16 * r))), dv);
-        _mm512_storeu_ps(dst + 16 * r, _mm512_fmadd_ps(s, f, _mm512_loadu_ps(dst + 16 * r)));
-      }
+      for (int r = 0; r < R; ++r) add_scaled16(_mm512_load_si512(sums + 16 * r), sc + 16 * r, dv, dst + 16 * r);
       return;
     }
   }
@@ -188,11 +190,7 @@ inline void lookup16(const uint8_t* c, int64_t bstride, int64_t slices, const in
       b[r] = _mm512_dpbusd_epi32(b[r], u1, _mm512_permutexvar_epi8(i1, t1));
     }
   }
-  for (int r = 0; r < R; ++r) {
-    const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(a[r], b[r]));
-    const __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sc + 16 * r))), dv);
-    _mm512_storeu_ps(dst + 16 * r, _mm512_fmadd_ps(s, f, _mm512_loadu_ps(dst + 16 * r)));
-  }
+  for (int r = 0; r < R; ++r) add_scaled16(_mm512_add_epi32(a[r], b[r]), sc + 16 * r, dv, dst + 16 * r);
 }
 
 constexpr int kBlocks = 4;         // 16-row blocks per table load (64 rows: 8 int32 accumulators)
