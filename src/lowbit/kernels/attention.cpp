@@ -22,12 +22,11 @@ struct AttnPlan {
   std::vector<float> po, pm;      // [chunks][group][hd] unnormalized outputs, [chunks][group][2] max and sum
   std::vector<std::pair<int64_t, int64_t>> blocks;  // (first row, rows)
   std::vector<const AttnTask*> of_chunk;            // [chunks]
-  const AttnPrep* prep = nullptr;                   // run per kv head in its task, before its attention
+  const AttnPrep* prep = nullptr;                   // run for a task's kv heads at its start, before their attention
 };
 
 void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
   const AttnCall& c = *P.c;
-  if (P.prep) P.prep->fn(P.prep->ctx, h);
   const int64_t QD = c.heads * c.hd, G = c.heads / c.n_kv;
   // bytes from the cache's start to kv head hh's stream of the task's slot
   auto head_at = [&](int64_t hh) {
@@ -70,6 +69,13 @@ void attn_head(const AttnPlan& P, const AttnTask& T, int64_t h) {
 void attn_task(void* p, int64_t t) {
   const AttnPlan& P = *static_cast<const AttnPlan*>(p);
   const AttnTask& T = P.tasks[t];
+  // The task's kv heads' prep (RoPE, the cache write) all first: run head by head, each right before the head's
+  // attention, it cut into the K/V stream that the prefetch keeps going from head to head. bitnet-0.7b decode at 1
+  // thread, in-step attention (prep included) 0.95-1.0 -> 0.90 ms a token (scripts/e2e_ab.py-style alternation of
+  // the two orders in one build, 4 rounds), 2 threads level; the prep alone outside the tasks: 0.87-0.89 ms but
+  // +0.04 ms of serial prep.
+  if (P.prep)
+    for (int64_t h = T.h; h < T.h + T.nh; ++h) P.prep->fn(P.prep->ctx, h);
   for (int64_t h = T.h; h < T.h + T.nh; ++h) attn_head(P, T, h);
 }
 
@@ -112,7 +118,7 @@ void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next,
   // (scripts/attn_batch_ab.py, alternating, best; noisy shared machine): one head a task -> this, contexts
   // 16-32 5.39 -> 3.68 ms a step, 16-144 11.99 -> 10.25 ms. Tried: only the next head's first 16-64
   // positions prefetched at its start (1.05-1.2x, a burst that stalls), 3 or 4 tiles ahead (level, 0.85x).
-  // A lone decode row (its kv heads' prep runs in its tasks, head by head) the same way, ~2 tasks a thread:
+  // A lone decode row (its kv heads' prep runs in its tasks) the same way, ~2 tasks a thread:
   // bitnet-0.7b decode, 2 threads, in-process alternation: 1.011-1.019x tok/s (1 thread level).
   const int64_t nh_batch = R == 1
       ? std::max<int64_t>(1, c.n_kv / (2 * (int64_t)pool_threads()))
@@ -141,7 +147,7 @@ void attention(const AttnCall& c, const OpsTable& ops, const NextPrefetch* next,
   const int64_t chunks = (int64_t)P.clo.size();
   if (prep && prep->fn) {
     if (R == 1 && chunks == 0) {
-      P.prep = prep;  // each task runs its kv heads' prep, head by head, before the head's attention
+      P.prep = prep;  // each task runs its kv heads' prep at its start, then their attention
     } else {
       for (int64_t h = 0; h < c.n_kv; ++h) prep->fn(prep->ctx, h);
     }

@@ -34,8 +34,8 @@ constexpr int64_t kAttnSplitMin = 64;
 constexpr int64_t kAttnTasksPerThread = 8;
 
 // Work that must precede the attention of kv head h (a decode step's RoPE and cache write of that head's
-// q and k/v): fn(ctx, h) runs at the start of h's task, on the pool, when h is one task (one row, its
-// context not split); otherwise for every head on the caller before the pool run.
+// q and k/v): fn(ctx, h) runs at the start of the task that holds h (with the task's other heads), on the pool,
+// when the row's context is not split; otherwise for every head on the caller before the pool run.
 struct AttnPrep {
   void (*fn)(void* ctx, int64_t kv_head) = nullptr;
   void* ctx = nullptr;
