@@ -47,6 +47,48 @@ def test_cpu_info_explains_choice():
     assert info["threads"] >= 1 and info["physical_cores"] >= 1
 
 
+_STREAM_KERNELS = """
+import sys, numpy as np, lowbit
+from lowbit.bench.gemv import random_weight
+from lowbit.formats.rsr_lut import LUTMatrix
+rng = np.random.default_rng(5)
+outs = {}
+for spec, n in (("codebook-m2v4b4g128", 1), ("codebook-m2v4b4g128", 3), ("codebook-m1v4b8g128", 1), ("ternary", 40)):
+    w = random_weight(spec, 300, 520, rng)
+    outs[f"{spec}/{n}"] = w.matmul(rng.standard_normal((n, 520)).astype(np.float32))
+lut = LUTMatrix.ternary(rng.integers(-1, 2, (200, 384)))
+y = np.empty((1, 200), np.float32)
+lut.matmul_i8(rng.integers(-127, 128, (1, 384), dtype=np.int8), out=y)
+outs["rsr-lut"] = y
+np.savez(sys.argv[1], **outs)
+print(lowbit.cpu_info()["stream_prefetch"])
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_stream_prefetch_level_changes_no_result(tmp_path, threads):
+    """LOWBIT_STREAM_PREFETCH moves the compute-heavy kernels' weight-stream prefetch between L1 and L2 (codebook
+    b = 4 and b = 8, rsr-lut, the prefill GEMM's panels): a hint, so every output is the same bits either way."""
+    got = {}
+    for level in ("l1", "l2", "bogus"):
+        f = tmp_path / f"{level}.npz"
+        r = subprocess.run([sys.executable, "-c", _STREAM_KERNELS, str(f)], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, LOWBIT_STREAM_PREFETCH=level, LOWBIT_THREADS=threads))
+        assert r.returncode == 0, r.stderr
+        reason = r.stdout.strip()
+        if level == "bogus":
+            assert "'bogus' is not l1 or l2, ignored" in reason and reason[:2] in ("l1", "l2")
+        else:
+            assert reason == f"{level} (LOWBIT_STREAM_PREFETCH)"
+        got[level] = dict(np.load(f))
+    assert set(got["l1"]) == {"codebook-m2v4b4g128/1", "codebook-m2v4b4g128/3", "codebook-m1v4b8g128/1", "ternary/40",
+                              "rsr-lut"}
+    for k, v in got["l1"].items():
+        assert np.isfinite(v).all() and np.abs(v).max() > 0, k
+        np.testing.assert_array_equal(v, got["l2"][k], err_msg=k)
+        np.testing.assert_array_equal(v, got["bogus"][k], err_msg=k)
+
+
 def test_threads_env_and_results_independent_of_thread_count(rng):
     r = run_py("import lowbit; print(lowbit.get_threads())", LOWBIT_THREADS="3")
     assert r.stdout.strip() == "3"

@@ -25,7 +25,7 @@ from lowbit import _native
 from lowbit.bench import bandwidth, memory, roof
 from lowbit.bench.shapes import GEMV_MODELS, MODEL_SHAPES, linear_shapes
 from lowbit.formats import Activations, get_format
-from lowbit.formats.codebook import CodebookWeight, codes_bytes, parse_spec, row_tile
+from lowbit.formats.codebook import CodebookWeight, codes_bytes, padded_rows, parse_spec, row_tile
 from lowbit.formats.floats import BF16Weight, F32Weight
 from lowbit.formats.int6 import Int6Weight
 from lowbit.formats.intcodes import ROW_BLOCK, IntCodeWeight, padded_k, resolve_group
@@ -73,7 +73,7 @@ def random_weight(fmt: str, m: int, k: int, rng: np.random.Generator):
         kp = -(-k // p["v"]) * p["v"]
         group = min(p["g"], kp)
         tile = row_tile(p["b"])
-        mt, g = -(-m // tile), -(-kp // group)
+        mt, g = padded_rows(m, p["b"]) // tile, -(-kp // group)  # b != 4: whole blocks of 64 rows
         n_codes = codes_bytes(m, kp, p["m"], p["v"], p["b"], group)  # b == 4: two codes per byte, any byte valid
         codes = rng.integers(0, 256 if p["b"] == 4 else 1 << p["b"], size=n_codes, dtype=np.uint8)
         scale = rng.uniform(0.01, 0.02, size=g * mt * tile).astype(np.float16)

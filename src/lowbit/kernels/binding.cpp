@@ -311,6 +311,7 @@ nb::dict cpu_info() {
   d["isa"] = selected_isa();
   d["reason"] = isa_reason();
   d["available"] = available_isas();
+  d["stream_prefetch"] = stream_prefetch_reason();
   feats["avx2"] = f.avx2 && f.os_avx;
   feats["fma"] = f.fma;
   feats["f16c"] = f.f16c;

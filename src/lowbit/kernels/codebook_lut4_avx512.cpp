@@ -18,6 +18,7 @@
 
 #include "codebook.h"
 #include "common.h"
+#include "dispatch.h"
 
 namespace lowbit {
 namespace {
@@ -113,13 +114,15 @@ float build(const CodebookWeights& w, const float* xg, int64_t grp, Lut4Scratch&
 // vpdpbusd (16 extra moves a slice): in L1 3.4 cycles per 64 code bytes, the asm 2.4 (a Zen 5; the same sums).
 //   zmm0-3 / zmm4-7: the blocks' sums of the low / high nibbles' pairs; zmm8, zmm9: the slice's two tables;
 //   zmm10, zmm11: their multipliers; zmm12, zmm13: a block's indices, then its looked-up psums; zmm14, zmm15: 0x0f
-//   and the quarter selector. PF: prefetcht1 of pf + (s * 4 + r) * 64, as lookup16's.
+//   and the quarter selector. PF: a prefetch of pf + (s * 4 + r) * 64 into L2 (1, prefetcht1) or L1 (2, prefetcht0),
+//   as lookup16's.
 #define LOWBIT_LK_ROW(P, ADDR, A, B)                                                                  \
   P "vmovdqu64 " ADDR ", %%zmm12\n\tvpsrlw $4, %%zmm12, %%zmm13\n\t"                                  \
     "vpternlogd $0xEA, %%zmm15, %%zmm14, %%zmm12\n\tvpternlogd $0xEA, %%zmm15, %%zmm14, %%zmm13\n\t" \
     "vpermb %%zmm8, %%zmm12, %%zmm12\n\tvpermb %%zmm9, %%zmm13, %%zmm13\n\t"                       \
     "vpdpbusd %%zmm12, %%zmm10, %%zmm" #A "\n\tvpdpbusd %%zmm13, %%zmm11, %%zmm" #B "\n\t"
 #define LOWBIT_LK_PF(K) "prefetcht1 " #K "(%[pf])\n\t"
+#define LOWBIT_LK_PF0(K) "prefetcht0 " #K "(%[pf])\n\t"
 #define LOWBIT_LK_BODY(P0, P1, P2, P3)                                                                                       \
   "vpxord %%xmm0, %%xmm0, %%xmm0\n\tvpxord %%xmm1, %%xmm1, %%xmm1\n\tvpxord %%xmm2, %%xmm2, %%xmm2\n\t"                      \
   "vpxord %%xmm3, %%xmm3, %%xmm3\n\tvpxord %%xmm4, %%xmm4, %%xmm4\n\tvpxord %%xmm5, %%xmm5, %%xmm5\n\t"                      \
@@ -139,16 +142,18 @@ float build(const CodebookWeights& w, const float* xg, int64_t grp, Lut4Scratch&
   : [bs] "r"(bstride), [bs3] "r"(bs3), [lowv] "r"(0x0f0f0f0fu), [selv] "r"(0x30201000u), [out] "r"(out)                    \
   : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13",       \
     "xmm14", "xmm15", "cc", "memory"
-template <bool PF>
+template <int PF>
 inline void lookup16x4_sums(const uint8_t* c, int64_t bstride, int64_t slices, const int8_t* Tq, const uint32_t* m4,
                             int32_t* out, const uint8_t* pf) {
   const int64_t bs3 = 3 * bstride;
   int64_t n = slices;
-  if (PF) __asm__ volatile(LOWBIT_LK_BODY(LOWBIT_LK_PF(0), LOWBIT_LK_PF(64), LOWBIT_LK_PF(128), LOWBIT_LK_PF(192)) LOWBIT_LK_OPS);
+  if (PF == 1) __asm__ volatile(LOWBIT_LK_BODY(LOWBIT_LK_PF(0), LOWBIT_LK_PF(64), LOWBIT_LK_PF(128), LOWBIT_LK_PF(192)) LOWBIT_LK_OPS);
+  else if (PF == 2) __asm__ volatile(LOWBIT_LK_BODY(LOWBIT_LK_PF0(0), LOWBIT_LK_PF0(64), LOWBIT_LK_PF0(128), LOWBIT_LK_PF0(192)) LOWBIT_LK_OPS);
   else __asm__ volatile(LOWBIT_LK_BODY("", "", "", "") LOWBIT_LK_OPS);
 }
 #undef LOWBIT_LK_ROW
 #undef LOWBIT_LK_PF
+#undef LOWBIT_LK_PF0
 #undef LOWBIT_LK_BODY
 #undef LOWBIT_LK_OPS
 
@@ -159,8 +164,9 @@ inline void add_scaled16(__m512i sum, const uint16_t* scale, __m512 dv, float* d
 }
 
 // R blocks of 16 rows (codes of block r at c + r * bstride) x one token: y[row] += s[row] * d * sum_q mult_q
-// Tq[q][code(row, q)] over the group's slices of 8 pairs. PF: one prefetch per code load, at the same offset from pf.
-template <int R, bool PF>
+// Tq[q][code(row, q)] over the group's slices of 8 pairs. PF: one prefetch per code load, at the same offset from pf,
+// into L2 (1) or L1 (2; stream_prefetch_l1), or none (0).
+template <int R, int PF>
 inline void lookup16(const uint8_t* c, int64_t bstride, int64_t slices, const int8_t* Tq, const uint32_t* m4, float d,
                      const uint16_t* sc, float* dst, const uint8_t* pf) {
   const __m512 dv = _mm512_set1_ps(d);
@@ -180,9 +186,11 @@ inline void lookup16(const uint8_t* c, int64_t bstride, int64_t slices, const in
     const __m512i u0 = _mm512_set1_epi32((int32_t)m4[2 * s]), u1 = _mm512_set1_epi32((int32_t)m4[2 * s + 1]);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      // into L2 (T1): into L1 (T0) the one-token GEMV from DRAM ran 1.2-1.4x slower on a Zen 4 (m2v4b4g128 at
-      // Llama3-8B's shapes, 1 thread, scripts/codebook_ab.py 1 3: 0.54-0.68x ternary with T0, 0.71-0.98x with T1)
-      if (PF) _mm_prefetch((const char*)pf + (s * R + r) * 64, _MM_HINT_T1);
+      // L2 or L1 by the core (stream_prefetch_l1): into L1 the one-token GEMV from DRAM ran 1.2-1.4x slower than
+      // into L2 on a Zen 4 (m2v4b4g128 at Llama3-8B's shapes, 1 thread, scripts/codebook_ab.py 1 3: 0.54-0.68x
+      // ternary with T0, 0.71-0.98x with T1) and ~1.17x faster on a Zen 5 (0.65-0.72x with T1, 0.74-0.85x with T0)
+      if (PF == 1) _mm_prefetch((const char*)pf + (s * R + r) * 64, _MM_HINT_T1);
+      if (PF == 2) _mm_prefetch((const char*)pf + (s * R + r) * 64, _MM_HINT_T0);
       const __m512i cv = _mm512_loadu_si512(c + r * bstride + s * 64);
       const __m512i i0 = _mm512_ternarylogic_epi32(cv, low4, sel, 0xEA);  // (cv & low4) | sel
       const __m512i i1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(cv, 4), low4, sel, 0xEA);
@@ -216,6 +224,7 @@ Stream stream(const CodebookWeights& w, int64_t grp, int64_t g1, int64_t t0, int
 
 // One token (decode): the next group's tables are built in steps between this group's passes, into the other
 // half of a double buffer, so the code stream goes on while they are built (as the AVX2 kernel's decode).
+template <int PF>
 void psum_decode(const CodebookWeights& w, const float* x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* yp,
                  Lut4Scratch& sb) {
   sb.d[0] = build(w, x + g0 * w.group, g0, sb, sb.tabs(0), sb.mults(0));
@@ -247,12 +256,12 @@ void psum_decode(const CodebookWeights& w, const float* x, int64_t g0, int64_t g
     int64_t b = 2 * t0;
     for (; b + kBlocks <= 2 * t1; b += kBlocks) {
       const uint8_t* here = gc + b * bstride;
-      lookup16<kBlocks, true>(here, bstride, slices, tq, mu, d, sc + b * 16, yp + b * 16, st.ahead(here));
+      lookup16<kBlocks, PF>(here, bstride, slices, tq, mu, d, sc + b * 16, yp + b * 16, st.ahead(here));
       nb.step();
     }
     for (; b < 2 * t1; ++b) {
       const uint8_t* here = gc + b * bstride;
-      lookup16<1, true>(here, bstride, slices, tq, mu, d, sc + b * 16, yp + b * 16, st.ahead(here));
+      lookup16<1, PF>(here, bstride, slices, tq, mu, d, sc + b * 16, yp + b * 16, st.ahead(here));
     }
     nb.complete();
   }
@@ -269,10 +278,12 @@ void codebook_lut4_psum_avx512(const CodebookWeights& w, const float* x, int64_t
   const int64_t pp8 = w.pairs8_full();
   if (N == 1) {
     Lut4Scratch sb(scratch, 2, pp8);  // two tokens' room: the double buffer
-    psum_decode(w, x, g0, g1, t0, t1, yp, sb);
+    if (stream_prefetch_l1()) psum_decode<2>(w, x, g0, g1, t0, t1, yp, sb);
+    else psum_decode<1>(w, x, g0, g1, t0, t1, yp, sb);
     return;
   }
   Lut4Scratch sb(scratch, N, pp8);
+  const bool l1 = stream_prefetch_l1();
   for (int64_t grp = g0; grp < g1; ++grp) {
     for (int64_t n = 0; n < N; ++n)
       sb.d[n] = build(w, x + n * ldx + grp * w.group, grp, sb, sb.tabs(n), sb.mults(n));
@@ -284,16 +295,20 @@ void codebook_lut4_psum_avx512(const CodebookWeights& w, const float* x, int64_t
     // the first token's pass prefetches the stream; the others find the codes in L1
     for (; b + kBlocks <= 2 * t1; b += kBlocks) {
       const uint8_t* here = gc + b * bstride;
-      lookup16<kBlocks, true>(here, bstride, slices, sb.tabs(0), sb.mults(0), sb.d[0], sc + b * 16, yp + b * 16,
-                              st.ahead(here));
+      if (l1)
+        lookup16<kBlocks, 2>(here, bstride, slices, sb.tabs(0), sb.mults(0), sb.d[0], sc + b * 16, yp + b * 16,
+                             st.ahead(here));
+      else
+        lookup16<kBlocks, 1>(here, bstride, slices, sb.tabs(0), sb.mults(0), sb.d[0], sc + b * 16, yp + b * 16,
+                             st.ahead(here));
       for (int64_t n = 1; n < N; ++n)
-        lookup16<kBlocks, false>(here, bstride, slices, sb.tabs(n), sb.mults(n), sb.d[n], sc + b * 16,
+        lookup16<kBlocks, 0>(here, bstride, slices, sb.tabs(n), sb.mults(n), sb.d[n], sc + b * 16,
                                  yp + n * ldy + b * 16, nullptr);
     }
     for (; b < 2 * t1; ++b) {
       const uint8_t* here = gc + b * bstride;
       for (int64_t n = 0; n < N; ++n)
-        lookup16<1, false>(here, bstride, slices, sb.tabs(n), sb.mults(n), sb.d[n], sc + b * 16,
+        lookup16<1, 0>(here, bstride, slices, sb.tabs(n), sb.mults(n), sb.d[n], sc + b * 16,
                            yp + n * ldy + b * 16, nullptr);
     }
   }

@@ -22,6 +22,7 @@
 
 #include "codebook.h"
 #include "common.h"
+#include "dispatch.h"
 
 namespace lowbit {
 namespace {
@@ -296,6 +297,9 @@ inline void flush(__m512i lo, __m512i hi, const uint16_t* sc, float d, float* y,
   }
 }
 
+// Into L1 on the cores where the compute-heavy streams gain from it (stream_prefetch_l1; a Zen 5: m1v4b8g128 and
+// m2v8b8g128 at Llama3-8B's shapes 1.03-1.07x, 1 thread, scripts/codebook_ab.py), else into L2 as before.
+const bool kCodesIntoL1 = stream_prefetch_l1();
 constexpr int64_t kPrefetchBlocks = 2;  // in runs of kBlocksATable blocks
 // The lookups' code loads waited on L2 (perf: 17 % of the kernel's samples on the vpmovb2m after the load). 16 pairs
 // ahead into L1: m1v4b8g128 from DRAM, time against ternary's at 4096x4096 1 thread 0.87 -> 0.89, 2 threads 0.76 ->
@@ -336,11 +340,16 @@ void run_blocks(const Block& b, int64_t N) {
       }
     };
     for (int64_t q = 0; q < P; q += 2) {
-      if (n == 0)  // the blocks' codes kPrefetchBlocks ahead into L2, a line per pair
+      if (n == 0)  // the blocks' codes kPrefetchBlocks ahead into L2 (L1 on cores that prefer it), a line per pair
         for (int j = 0; j < NB; ++j)
           if (const uint8_t* a = b.pf + j * bstride + q * 64; a < b.pf_end) {
-            _mm_prefetch((const char*)a, _MM_HINT_T2);
-            _mm_prefetch((const char*)a + 64, _MM_HINT_T2);
+            if (kCodesIntoL1) {
+              _mm_prefetch((const char*)a, _MM_HINT_T0);
+              _mm_prefetch((const char*)a + 64, _MM_HINT_T0);
+            } else {
+              _mm_prefetch((const char*)a, _MM_HINT_T2);
+              _mm_prefetch((const char*)a + 64, _MM_HINT_T2);
+            }
           }
       const bool pair = q + 1 < P;
       const Table256 ta(Tn + q * 256);

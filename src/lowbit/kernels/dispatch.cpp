@@ -23,7 +23,9 @@ CpuFeatures detect() {
   g_cpuid_queries.fetch_add(1);
   CpuFeatures f;
   unsigned a, b, c, d;
+  if (__get_cpuid(0, &a, &b, &c, &d)) f.amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // AuthenticAMD
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  f.family = (int)((a >> 8) & 0xf) + ((((a >> 8) & 0xf) == 0xf) ? (int)((a >> 20) & 0xff) : 0);
   const bool osxsave = c & (1u << 27);
   f.fma = c & (1u << 12);
   f.f16c = c & (1u << 29);
@@ -150,6 +152,30 @@ const std::string& selected_isa() { return state().isa; }
 const std::string& isa_reason() { return state().reason; }
 const KernelTable& active_kernels() { return *state().table; }
 int cpuid_queries() { return g_cpuid_queries.load(); }
+
+namespace {
+struct StreamPrefetch {
+  bool l1;
+  std::string reason;
+};
+const StreamPrefetch& stream_prefetch() {
+  static const StreamPrefetch p = [] {
+    const char* env = std::getenv("LOWBIT_STREAM_PREFETCH");
+    const std::string e = env ? env : "";
+    if (e == "l1" || e == "L1") return StreamPrefetch{true, "l1 (LOWBIT_STREAM_PREFETCH)"};
+    if (e == "l2" || e == "L2") return StreamPrefetch{false, "l2 (LOWBIT_STREAM_PREFETCH)"};
+    // not an error: this is read while the module loads (a hint, it cannot make a result wrong)
+    const std::string note = e.empty() ? "" : "; LOWBIT_STREAM_PREFETCH='" + e + "' is not l1 or l2, ignored";
+    const CpuFeatures& f = cpu_features();
+    if (f.amd && f.family >= 0x1a) return StreamPrefetch{true, "l1 (AMD family 0x1a or later: Zen 5" + note + ")"};
+    return StreamPrefetch{false, "l2 (the default off a Zen 5" + note + ")"};
+  }();
+  return p;
+}
+}  // namespace
+
+bool stream_prefetch_l1() { return stream_prefetch().l1; }
+const std::string& stream_prefetch_reason() { return stream_prefetch().reason; }
 
 // On the heap: a fork() child cannot unlock the copy its parent's thread locked (glibc checks the
 // writer's thread id), so the child replaces it (the old one is leaked).

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "common.h"
+#include "dispatch.h"
 
 namespace lowbit {
 namespace {

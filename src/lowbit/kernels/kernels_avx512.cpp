@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "common.h"
+#include "dispatch.h"
 
 #define LOWBIT_OPS_NS ops_avx512
 #include "ops.inc"

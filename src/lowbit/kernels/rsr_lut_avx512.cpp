@@ -17,6 +17,7 @@
 #include <algorithm>
 
 #include "common.h"
+#include "dispatch.h"
 #include "rsr_lut.h"
 
 namespace lowbit {
@@ -24,10 +25,16 @@ namespace {
 
 constexpr int64_t kLutLaneSpan = 32767 / 508;  // int16 adds of raw table entries before a lane must widen
 
-// The code stream's prefetch goes into L2: into L1 (T0, as the dense GEMV) it cost more than it gave on a Zen 4
-// (one token from DRAM, 1 thread: binary 2^15 x 2^15 7.4-8.1 ms with T0, 6.5-6.9 with none, 5.5 with T1; ternary
-// 16384 x 16384 3.7-3.8 / 3.3-3.4 / 2.9-3.0 ms); the Xeon of stop 27 needed a prefetch (11.3 -> 4.64 ms).
-inline void prefetch_codes(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
+// The code stream's prefetch goes into L2 or L1 by the core (stream_prefetch_l1, read once a process): into L1 (T0,
+// as the dense GEMV) it cost more than it gave on a Zen 4 (one token from DRAM, 1 thread: binary 2^15 x 2^15 7.4-8.1
+// ms with T0, 6.5-6.9 with none, 5.5 with T1; ternary 16384 x 16384 3.7-3.8 / 3.3-3.4 / 2.9-3.0 ms); on a Zen 5 it
+// gave 1.05x over T1 (binary 2^15, 2 threads, scripts/rsr_lut_bench.py: 3.72-3.89 against 4.00-4.07 ms); the Xeon
+// of stop 27 needed a prefetch (11.3 -> 4.64 ms).
+const bool kCodesIntoL1 = stream_prefetch_l1();
+inline void prefetch_codes(const char* p) {
+  if (kCodesIntoL1) _mm_prefetch(p, _MM_HINT_T0);
+  else _mm_prefetch(p, _MM_HINT_T1);
+}
 
 // the four lookups of the words of v (32 int16 lanes), shifted by 0, 4, 8 and 12, into T; added to a[0..3]
 template <bool FLAG>
