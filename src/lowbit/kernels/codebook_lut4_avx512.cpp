@@ -212,13 +212,8 @@ constexpr int64_t kScalePrefetchBytes = 1024;
 template <int PF>
 inline void prefetch_scales(const uint16_t* sc) {
   const char* p = reinterpret_cast<const char*>(sc) + kScalePrefetchBytes;
-  if (PF == 2) {
-    _mm_prefetch(p, _MM_HINT_T0);
-    _mm_prefetch(p + 64, _MM_HINT_T0);
-  } else if (PF == 1) {
-    _mm_prefetch(p, _MM_HINT_T1);
-    _mm_prefetch(p + 64, _MM_HINT_T1);
-  }
+  stream_prefetch<1>(p, PF == 2);
+  stream_prefetch<1>(p + 64, PF == 2);
 }
 constexpr int64_t kBuildSegs = 4;  // segments of the next group's float tables built per pass of the decode loop
 
@@ -286,6 +281,37 @@ void psum_decode(const CodebookWeights& w, const float* x, int64_t g0, int64_t g
   }
 }
 
+// N tokens (a few, codebook_run's token chunks): each group's tables for every token, then the blocks token by token.
+template <int PF>
+void psum_tokens(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0, int64_t g1, int64_t t0,
+                 int64_t t1, float* yp, int64_t ldy, Lut4Scratch& sb) {
+  for (int64_t grp = g0; grp < g1; ++grp) {
+    for (int64_t n = 0; n < N; ++n)
+      sb.d[n] = build(w, x + n * ldx + grp * w.group, grp, sb, sb.tabs(n), sb.mults(n));
+    const int64_t slices = w.pairs8(grp) / 8, bstride = slices * 64;
+    const uint16_t* sc = w.scale + grp * w.Mt * 32;
+    const uint8_t* gc = w.group_codes16(grp);
+    const Stream st = stream(w, grp, g1, t0, t1);
+    int64_t b = 2 * t0;
+    // the first token's pass prefetches the stream; the others find the codes in L1
+    for (; b + kBlocks <= 2 * t1; b += kBlocks) {
+      const uint8_t* here = gc + b * bstride;
+      prefetch_scales<PF>(sc + b * 16);
+      lookup16<kBlocks, PF>(here, bstride, slices, sb.tabs(0), sb.mults(0), sb.d[0], sc + b * 16, yp + b * 16,
+                            st.ahead(here));
+      for (int64_t n = 1; n < N; ++n)
+        lookup16<kBlocks, 0>(here, bstride, slices, sb.tabs(n), sb.mults(n), sb.d[n], sc + b * 16,
+                             yp + n * ldy + b * 16, nullptr);
+    }
+    for (; b < 2 * t1; ++b) {
+      const uint8_t* here = gc + b * bstride;
+      for (int64_t n = 0; n < N; ++n)
+        lookup16<1, 0>(here, bstride, slices, sb.tabs(n), sb.mults(n), sb.d[n], sc + b * 16,
+                       yp + n * ldy + b * 16, nullptr);
+    }
+  }
+}
+
 }  // namespace
 
 void codebook_lut4_psum_avx512(const CodebookWeights& w, const float* x, int64_t ldx, int64_t N, int64_t g0,
@@ -302,37 +328,8 @@ void codebook_lut4_psum_avx512(const CodebookWeights& w, const float* x, int64_t
     return;
   }
   Lut4Scratch sb(scratch, N, pp8);
-  const bool l1 = stream_prefetch_l1();
-  for (int64_t grp = g0; grp < g1; ++grp) {
-    for (int64_t n = 0; n < N; ++n)
-      sb.d[n] = build(w, x + n * ldx + grp * w.group, grp, sb, sb.tabs(n), sb.mults(n));
-    const int64_t slices = w.pairs8(grp) / 8, bstride = slices * 64;
-    const uint16_t* sc = w.scale + grp * w.Mt * 32;
-    const uint8_t* gc = w.group_codes16(grp);
-    const Stream st = stream(w, grp, g1, t0, t1);
-    int64_t b = 2 * t0;
-    // the first token's pass prefetches the stream; the others find the codes in L1
-    for (; b + kBlocks <= 2 * t1; b += kBlocks) {
-      const uint8_t* here = gc + b * bstride;
-      if (l1) prefetch_scales<2>(sc + b * 16);
-      else prefetch_scales<1>(sc + b * 16);
-      if (l1)
-        lookup16<kBlocks, 2>(here, bstride, slices, sb.tabs(0), sb.mults(0), sb.d[0], sc + b * 16, yp + b * 16,
-                             st.ahead(here));
-      else
-        lookup16<kBlocks, 1>(here, bstride, slices, sb.tabs(0), sb.mults(0), sb.d[0], sc + b * 16, yp + b * 16,
-                             st.ahead(here));
-      for (int64_t n = 1; n < N; ++n)
-        lookup16<kBlocks, 0>(here, bstride, slices, sb.tabs(n), sb.mults(n), sb.d[n], sc + b * 16,
-                                 yp + n * ldy + b * 16, nullptr);
-    }
-    for (; b < 2 * t1; ++b) {
-      const uint8_t* here = gc + b * bstride;
-      for (int64_t n = 0; n < N; ++n)
-        lookup16<1, 0>(here, bstride, slices, sb.tabs(n), sb.mults(n), sb.d[n], sc + b * 16,
-                           yp + n * ldy + b * 16, nullptr);
-    }
-  }
+  if (stream_prefetch_l1()) psum_tokens<2>(w, x, ldx, N, g0, g1, t0, t1, yp, ldy, sb);
+  else psum_tokens<1>(w, x, ldx, N, g0, g1, t0, t1, yp, ldy, sb);
 }
 
 }  // namespace lowbit

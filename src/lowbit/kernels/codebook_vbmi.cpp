@@ -343,13 +343,8 @@ void run_blocks(const Block& b, int64_t N) {
       if (n == 0)  // the blocks' codes kPrefetchBlocks ahead into L2 (L1 on cores that prefer it), a line per pair
         for (int j = 0; j < NB; ++j)
           if (const uint8_t* a = b.pf + j * bstride + q * 64; a < b.pf_end) {
-            if (kCodesIntoL1) {
-              _mm_prefetch((const char*)a, _MM_HINT_T0);
-              _mm_prefetch((const char*)a + 64, _MM_HINT_T0);
-            } else {
-              _mm_prefetch((const char*)a, _MM_HINT_T2);
-              _mm_prefetch((const char*)a + 64, _MM_HINT_T2);
-            }
+            stream_prefetch<2>(a, kCodesIntoL1);
+            stream_prefetch<2>(a + 64, kCodesIntoL1);
           }
       const bool pair = q + 1 < P;
       const Table256 ta(Tn + q * 256);

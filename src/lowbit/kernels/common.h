@@ -17,6 +17,7 @@
 //     group a multiple of 32 (llama.cpp's Q4_0/Q4_1 block) or Kp.
 // Padding: rows past M carry code 0 and scale 0; k past K carries any code (the activations there are 0).
 #pragma once
+#include <immintrin.h>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -146,6 +147,17 @@ struct CacheAligned {
 #define LOWBIT_PF_BYTES 10240
 #endif
 constexpr int kPrefetchBytes = LOWBIT_PF_BYTES;
+
+// A line of a compute-heavy kernel's weight stream prefetched into L1 (T0) when `l1` (stream_prefetch_l1(), dispatch.h,
+// which the kernel reads once), else into L2 with the hint the kernel used before the choice existed: T1 (kL2Hint 1)
+// or T2 (2).
+template <int kL2Hint>
+inline void stream_prefetch(const void* p, bool l1) {
+  const char* c = static_cast<const char*>(p);
+  if (l1) _mm_prefetch(c, _MM_HINT_T0);
+  else if constexpr (kL2Hint == 1) _mm_prefetch(c, _MM_HINT_T1);
+  else _mm_prefetch(c, _MM_HINT_T2);
+}
 
 // The 256-byte chunk kPrefetchBytes past `chunk`, clamped to `last`, the stream's last chunk: the weight
 // stream's prefetches never run past its buffer (a hint cannot fault, but it would pull a neighbour's

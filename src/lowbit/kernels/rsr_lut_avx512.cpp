@@ -31,10 +31,7 @@ constexpr int64_t kLutLaneSpan = 32767 / 508;  // int16 adds of raw table entrie
 // gave 1.05x over T1 (binary 2^15, 2 threads, scripts/rsr_lut_bench.py: 3.72-3.89 against 4.00-4.07 ms); the Xeon
 // of stop 27 needed a prefetch (11.3 -> 4.64 ms).
 const bool kCodesIntoL1 = stream_prefetch_l1();
-inline void prefetch_codes(const char* p) {
-  if (kCodesIntoL1) _mm_prefetch(p, _MM_HINT_T0);
-  else _mm_prefetch(p, _MM_HINT_T1);
-}
+inline void prefetch_codes(const char* p) { stream_prefetch<1>(p, kCodesIntoL1); }
 
 // the four lookups of the words of v (32 int16 lanes), shifted by 0, 4, 8 and 12, into T; added to a[0..3]
 template <bool FLAG>
