@@ -28,7 +28,9 @@
 // what costs, not the compute); position-major 1.81-1.88 (PMAHEAD, PMBLK, PMVB, PMPAIRS tune its prefetch and value
 // blocks); blocked B = 16 / 32 1.81-1.87, B = 64 2.1-2.3 (the last block's unused rows). In cache (PH=4 or 8, second
 // argument 1) the prototypes take 1.1-1.5 us against 0.8: their per-block overhead is what keeps them from the
-// back-to-back 1.58. docs/decode.md, stop 41.
+// back-to-back 1.58. PIPE=C (PIPEAHEAD bytes, 4096): the head-major kernel software-pipelined across heads (head h's
+// values beside head h + 1's scores, C positions each in turn): 1.91-2.38 us against 1.96-2.02, no gain (stop 41).
+// docs/decode.md, stop 41.
 #include <immintrin.h>
 
 #include <sys/mman.h>
@@ -386,6 +388,77 @@ void attn_blocked_t(const AttnRows& a, int64_t B) {
   }
 }
 inline void attn_blocked(const AttnRows& a, int64_t B) { attn_blocked_t<uint16_t>(a, B); }
+
+// ---- head-major, software-pipelined across heads (PIPE=C): decode, MHA (one query a kv head), f16, the heads of a
+// task; head h's values summed beside head h + 1's scores, C positions of each in turn, so two streams (K of this head
+// on into the next's, V likewise) are read at once, each with its own prefetch PIPEAHEAD bytes ahead. The same
+// per-key and per-position operations as the installed kernel, so its bits.
+struct SegsPrefetch {  // equal-length segments read in order; issue(upto): every line up to byte `upto` of the stream
+  std::vector<const char*> seg;
+  int64_t len = 0, s = 0, off = 0;
+  void issue(int64_t upto) {
+    while (s < (int64_t)seg.size()) {
+      const int64_t stop = std::min(len, upto - s * len);
+      for (; off < stop; off += 64) _mm_prefetch(seg[s] + off, _MM_HINT_T0);
+      if (off < len) return;
+      ++s;
+      off = 0;
+    }
+  }
+};
+inline void attn_pipelined(const float* q, float* out, const uint16_t* const* Kh, const uint16_t* const* Vh, int n,
+                           int64_t hd, int64_t L, int64_t H, int64_t C, int64_t ahead) {
+  const int64_t nd = hd / 16, rb = hd * 2, len = H - L, seglen = len * rb;
+  thread_local std::vector<float> buf;
+  if ((int64_t)buf.size() < 2 * len + hd + 16) buf.resize(2 * len + hd + 16);
+  float* scb[2] = {buf.data(), buf.data() + len};
+  float* acc = buf.data() + 2 * len;
+  float scale[2] = {1.f, 1.f};
+  SegsPrefetch pk, pv;
+  pk.len = pv.len = seglen;
+  for (int h = 0; h < n; ++h) {
+    pk.seg.push_back(reinterpret_cast<const char*>(Kh[h] + L * hd));
+    pv.seg.push_back(reinterpret_cast<const char*>(Vh[h] + L * hd));
+  }
+  auto scores = [&](int h, int64_t k0, int64_t k1) {
+    const float* qq[1] = {q + h * hd};
+    int64_t j = k0;
+    for (; j + 8 <= k1; j += 8) {
+      pk.issue(h * seglen + (j + 8 - L) * rb + ahead);
+      float* o1[1] = {scb[h & 1] + (j - L)};
+      if (nd == 6) attn2_scores<1, 8, 6>(qq, Kh[h] + j * hd, hd, nd, nullptr, 0.f, o1);
+      else attn2_scores<1, 8, 0>(qq, Kh[h] + j * hd, hd, nd, nullptr, 0.f, o1);
+    }
+    for (; j < k1; ++j) {
+      pk.issue(h * seglen + (j + 1 - L) * rb + ahead);
+      float* o1[1] = {scb[h & 1] + (j - L)};
+      if (nd == 6) attn2_scores<1, 1, 6>(qq, Kh[h] + j * hd, hd, nd, nullptr, 0.f, o1);
+      else attn2_scores<1, 1, 0>(qq, Kh[h] + j * hd, hd, nd, nullptr, 0.f, o1);
+    }
+  };
+  auto softmax = [&](int h) {
+    float l;
+    attn2_softmax(scb[h & 1], len, &l);
+    scale[h & 1] = 1.f / l;
+  };
+  auto values = [&](int h, int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; j += 4) pv.issue(h * seglen + (j + 4 - L) * rb + ahead);
+    const float* w[1] = {scb[h & 1] - L};
+    float* am[1] = {acc};
+    float* o[1] = {out + h * hd};
+    attn2_values_blk_all<1>(Vh[h], hd, nd, j0, j1, w, nullptr, am, j0 == L, j1 == H, &scale[h & 1], o);
+  };
+  scores(0, L, H);
+  softmax(0);
+  for (int h = 1; h < n; ++h) {
+    for (int64_t c = L; c < H; c += C) {
+      scores(h, c, std::min(c + C, H));
+      values(h - 1, c, std::min(c + C, H));
+    }
+    softmax(h);
+  }
+  values(n - 1, L, H);
+}
 }  // namespace lowbit::ops_probe
 
 using namespace lowbit;
@@ -433,6 +506,7 @@ int main(int argc, char** argv) {
           }
     }
   const int BL = getenv("BLK") ? atoi(getenv("BLK")) : 0;
+  const int pipe = getenv("PIPE") ? atoi(getenv("PIPE")) : 0, pipe_ahead = getenv("PIPEAHEAD") ? atoi(getenv("PIPEAHEAD")) : 4096;
   std::vector<uint16_t*> KB(L), VB(L);
   if (BL)
     for (int l = 0; l < L; ++l) {
@@ -476,7 +550,20 @@ int main(int argc, char** argv) {
         sink += _mm_cvtsi128_si64(_mm512_castsi512_si128(acc));
       }
       const auto t0 = std::chrono::steady_clock::now();
-      if (BL) {
+      if (pipe) {
+        const int ll = in_cache ? 0 : l;
+        for (int h0 = 0; h0 < H; h0 += nh) {
+          const int m = std::min(nh, H - h0);
+          std::vector<const uint16_t*> kh(m), vh(m);
+          for (int i = 0; i < m; ++i) {
+            const int hh = in_cache ? (h0 + i) % 4 : h0 + i;
+            kh[i] = K[ll] + (size_t)hh * ctx * hd;
+            vh[i] = V[ll] + (size_t)hh * ctx * hd;
+          }
+          ops_probe::attn_pipelined(q.data() + h0 * hd, out.data() + h0 * hd, kh.data(), vh.data(), m, hd, lo, hi, pipe,
+                                    pipe_ahead);
+        }
+      } else if (BL) {
         const int ll = in_cache ? 0 : l;
         ops_probe::AttnRows r{};
         r.q = q.data(); r.out = out.data(); r.K = KB[ll]; r.V = VB[ll]; r.nkv = H; r.group = G; r.hd = hd;
@@ -530,6 +617,22 @@ int main(int argc, char** argv) {
     const double us = elapsed / (L * H);
     if (us < best) best = us;
   }
+  if (pipe) {  // bits against the installed kernel, layer 0, all heads in one task
+    std::vector<float> o2(out.size());
+    std::vector<const uint16_t*> kh(H), vh(H);
+    for (int h = 0; h < H; ++h) {
+      AttnBlock b{};
+      b.q = q.data() + h * G * hd; b.out = o2.data() + h * G * hd; b.rows = 1; b.group = G; b.row_stride = H * G * hd;
+      b.hd = hd; b.lo = &lo; b.hi = &hi; b.K = K[0] + (size_t)h * ctx * hd; b.V = V[0] + (size_t)h * ctx * hd; b.kv = KvType::kF16;
+      active_kernels().ops.attn_block(b);
+      kh[h] = K[0] + (size_t)h * ctx * hd;
+      vh[h] = V[0] + (size_t)h * ctx * hd;
+    }
+    ops_probe::attn_pipelined(q.data(), out.data(), kh.data(), vh.data(), H, hd, lo, hi, pipe, pipe_ahead);
+    int bad = 0;
+    for (size_t i = 0; i < out.size(); ++i) bad += memcmp(&out[i], &o2[i], 4) != 0;
+    printf("bits: %d of %zu differ\n", bad, out.size());
+  }
   if (BL || pm) {  // the prototypes' bits against the head-major kernel on the same data (layer 0)
     std::vector<float> o2(out.size());
     for (int h = 0; h < H; ++h) {
@@ -554,6 +657,6 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < out.size(); ++i) bad += memcmp(&out[i], &o2[i], 4) != 0;
     printf("bits: %d of %zu differ\n", bad, out.size());
   }
-  printf("%s%s, ctx %d, %s: %.2f us per kv head (%.1f GB/s of K/V)\n", BL ? "BLK " : pm ? "PM " : "", getenv("VARIANT") ? "variant" : "installed", ctx,
+  printf("%s%s, ctx %d, %s: %.2f us per kv head (%.1f GB/s of K/V)\n", pipe ? "PIPE " : BL ? "BLK " : pm ? "PM " : "", getenv("VARIANT") ? "variant" : "installed", ctx,
          in_cache ? "in cache" : "from DRAM", best, 2.0 * hi * hd * 2 / best / 1e3);
 }
