@@ -121,8 +121,7 @@ float build(const CodebookWeights& w, const float* xg, int64_t grp, Lut4Scratch&
     "vpternlogd $0xEA, %%zmm15, %%zmm14, %%zmm12\n\tvpternlogd $0xEA, %%zmm15, %%zmm14, %%zmm13\n\t" \
     "vpermb %%zmm8, %%zmm12, %%zmm12\n\tvpermb %%zmm9, %%zmm13, %%zmm13\n\t"                       \
     "vpdpbusd %%zmm12, %%zmm10, %%zmm" #A "\n\tvpdpbusd %%zmm13, %%zmm11, %%zmm" #B "\n\t"
-#define LOWBIT_LK_PF(K) "prefetcht1 " #K "(%[pf])\n\t"
-#define LOWBIT_LK_PF0(K) "prefetcht0 " #K "(%[pf])\n\t"
+#define LOWBIT_LK_PF(H, K) "prefetch" H " " #K "(%[pf])\n\t"
 #define LOWBIT_LK_BODY(P0, P1, P2, P3)                                                                                       \
   "vpxord %%xmm0, %%xmm0, %%xmm0\n\tvpxord %%xmm1, %%xmm1, %%xmm1\n\tvpxord %%xmm2, %%xmm2, %%xmm2\n\t"                      \
   "vpxord %%xmm3, %%xmm3, %%xmm3\n\tvpxord %%xmm4, %%xmm4, %%xmm4\n\tvpxord %%xmm5, %%xmm5, %%xmm5\n\t"                      \
@@ -147,13 +146,16 @@ inline void lookup16x4_sums(const uint8_t* c, int64_t bstride, int64_t slices, c
                             int32_t* out, const uint8_t* pf) {
   const int64_t bs3 = 3 * bstride;
   int64_t n = slices;
-  if (PF == 1) __asm__ volatile(LOWBIT_LK_BODY(LOWBIT_LK_PF(0), LOWBIT_LK_PF(64), LOWBIT_LK_PF(128), LOWBIT_LK_PF(192)) LOWBIT_LK_OPS);
-  else if (PF == 2) __asm__ volatile(LOWBIT_LK_BODY(LOWBIT_LK_PF0(0), LOWBIT_LK_PF0(64), LOWBIT_LK_PF0(128), LOWBIT_LK_PF0(192)) LOWBIT_LK_OPS);
+  if (PF == 1)
+    __asm__ volatile(LOWBIT_LK_BODY(LOWBIT_LK_PF("t1", 0), LOWBIT_LK_PF("t1", 64), LOWBIT_LK_PF("t1", 128),
+                                    LOWBIT_LK_PF("t1", 192)) LOWBIT_LK_OPS);
+  else if (PF == 2)
+    __asm__ volatile(LOWBIT_LK_BODY(LOWBIT_LK_PF("t0", 0), LOWBIT_LK_PF("t0", 64), LOWBIT_LK_PF("t0", 128),
+                                    LOWBIT_LK_PF("t0", 192)) LOWBIT_LK_OPS);
   else __asm__ volatile(LOWBIT_LK_BODY("", "", "", "") LOWBIT_LK_OPS);
 }
 #undef LOWBIT_LK_ROW
 #undef LOWBIT_LK_PF
-#undef LOWBIT_LK_PF0
 #undef LOWBIT_LK_BODY
 #undef LOWBIT_LK_OPS
 
@@ -189,8 +191,7 @@ inline void lookup16(const uint8_t* c, int64_t bstride, int64_t slices, const in
       // L2 or L1 by the core (stream_prefetch_l1): into L1 the one-token GEMV from DRAM ran 1.2-1.4x slower than
       // into L2 on a Zen 4 (m2v4b4g128 at Llama3-8B's shapes, 1 thread, scripts/codebook_ab.py 1 3: 0.54-0.68x
       // ternary with T0, 0.71-0.98x with T1) and ~1.17x faster on a Zen 5 (0.65-0.72x with T1, 0.74-0.85x with T0)
-      if (PF == 1) _mm_prefetch((const char*)pf + (s * R + r) * 64, _MM_HINT_T1);
-      if (PF == 2) _mm_prefetch((const char*)pf + (s * R + r) * 64, _MM_HINT_T0);
+      if (PF) stream_prefetch<1>(pf + (s * R + r) * 64, PF == 2);
       const __m512i cv = _mm512_loadu_si512(c + r * bstride + s * 64);
       const __m512i i0 = _mm512_ternarylogic_epi32(cv, low4, sel, 0xEA);  // (cv & low4) | sel
       const __m512i i1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(cv, 4), low4, sel, 0xEA);
