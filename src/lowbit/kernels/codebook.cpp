@@ -294,17 +294,10 @@ void codebook_run(const CodebookWeights& w, const float* x, int64_t N, float* y,
   const int64_t T = pool_threads(), want = 4 * T;
   j.gb.push_back(0);
   if (j.n_tc == 1 && (T == 1 || w.G >= 2 * T)) {
-    // decode: T long runs of groups over ~80 % of K (each thread streams one contiguous range), then shrinking
-    // runs for the tail, each 1/(4T) of what is left, so the threads reach the join together (as the integer
-    // GEMV's row runs, linear.cpp); one thread: one run (no partial sums to add)
-    if (T == 1) {
-      j.gb.push_back(w.G);
-    } else {
-      const int64_t head = w.G * 4 / 5 / T;
-      int64_t g = 0;
-      for (int64_t t = 0; t < T; ++t) j.gb.push_back(g += head);
-      while (g < w.G) j.gb.push_back(g = std::min(w.G, g + std::max<int64_t>(1, (w.G - g) / (4 * T))));
-    }
+    // decode: one equal run of groups a thread, each one contiguous stream (as the integer GEMV's row runs,
+    // linear.cpp, where the reasons are; here also T partial sums to add, not T + the tail runs); one thread:
+    // one run (no partial sums to add)
+    for (int64_t t = 1; t <= T; ++t) j.gb.push_back(w.G * t / T);
   } else {
     // few token chunks: equal group chunks (each builds only its own tables), then rows if there are too few
     // groups; many: token chunks only

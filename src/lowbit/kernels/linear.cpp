@@ -48,18 +48,16 @@ IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTa
     const int64_t run = std::max<int64_t>(1, w.Mb / (8 * pool_threads()));
     for (int64_t b = run; b < w.Mb + run; b += run) j.bounds.push_back(std::min(b, w.Mb));
   } else {
-    // T long runs over ~80 % of the blocks (each thread streams one contiguous range), then shrinking runs
-    // for the tail: each 1/(4T) of what is left, at least one block, so threads reach the join together
-    // (a tall matrix such as the lm_head, 500 blocks of 98 KB at bitnet-0.7b, had tail runs of 12 blocks:
-    // up to ~80 us of idle at its join). Measured against guided self-scheduling over the whole matrix
-    // (more, shrinking runs: more stream starts), alternating in one process: equal or better on every
-    // bitnet-2b / bitnet-0.7b shape, e.g. 640x2560 ternary 45% -> 54% of the roof.
-    const int64_t T = pool_threads();
-    const int64_t head = w.Mb * 4 / 5 / T;
-    int64_t b = 0;
-    if (head >= 1)
-      for (int64_t t = 0; t < T; ++t) j.bounds.push_back(b += head);
-    while (b < w.Mb) j.bounds.push_back(b = std::min(w.Mb, b + std::max<int64_t>(1, (w.Mb - b) / (4 * T))));
+    // One run a thread, equal and contiguous: each thread streams one range of the matrix. It replaced T long
+    // runs over ~80 % of the blocks followed by shrinking runs for the tail, claimed in turn, where each tail
+    // run was a stream started cold at a block its thread had not been streaming. bitnet-0.7b's layer sequence,
+    // 2 threads (scripts/decode_calls_probe.cpp, the host reading 65-73 GB/s): 49.8-51.7 -> 53.5-59.2 GB/s;
+    // its decode 67-83 -> 76-91 % of the roofline (docs/decode.md, stop 42). A late worker's run is still taken
+    // by whoever is free (the pool hands out tasks, not threads); stealing blocks from the back of a run in
+    // progress was tried: claiming a run in pieces cost more (gate/up interleaved a piece at a time) than the
+    // stealing gained.
+    const int64_t T = std::min<int64_t>(pool_threads(), w.Mb);
+    for (int64_t t = 1; t <= T; ++t) j.bounds.push_back(w.Mb * t / T);
   }
   j.k = k;
   return j;
@@ -145,11 +143,10 @@ NextPrefetch next_prefetch(const LinearRef* next) {
   NextPrefetch p;
   if (!next || next->kind != 0) return p;
   const IntWeights& w = next->iw;
-  const int64_t T = std::min<int64_t>(pool_threads(), NextPrefetch::kMax), block = w.nch() * 256;
-  const int64_t head = w.Mb * 4 / 5 / T;  // as make_int_job: T long runs of `head` blocks first
-  p.n = head >= 1 ? (int)T : 1;
-  for (int r = 0; r < p.n; ++r) p.starts[r] = (const char*)(w.codes + r * head * block);
-  p.bytes = std::min<int64_t>(kIdlePrefetchBytes, std::max<int64_t>(head, 1) * block);
+  const int64_t T = std::min<int64_t>(pool_threads(), w.Mb), block = w.nch() * 256;  // make_int_job's runs
+  p.n = (int)std::min<int64_t>(T, NextPrefetch::kMax);
+  for (int r = 0; r < p.n; ++r) p.starts[r] = (const char*)(w.codes + w.Mb * r / T * block);
+  p.bytes = std::min<int64_t>(kIdlePrefetchBytes, std::max<int64_t>(w.Mb / std::max<int64_t>(T, 1), 1) * block);
   return p;
 }
 

@@ -22,7 +22,7 @@ struct IntJob {
   float* y;
   int64_t ldy, tok_chunk, n_tok_chunks;
   // Task r covers row blocks [bounds[r], bounds[r+1]): a run of consecutive blocks is one long,
-  // prefetchable stream. One long run per thread first, then short runs for the tail (linear.cpp).
+  // prefetchable stream. One token (or a few): one equal run a thread (linear.cpp).
   std::vector<int64_t> bounds;
   const KernelTable* k;
   // int6 (LinearRef::has_hi): the high plane w_hi (the same scales as w, no offsets) on the same rows, its
