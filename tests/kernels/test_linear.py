@@ -1,4 +1,4 @@
-"""The one-token GEMV's schedule across threads (kernels/linear.cpp): one equal run of row blocks a thread, taken
+"""The one-token GEMV's schedule across threads (kernels/linear.cpp, tq1.cpp): one equal run of row blocks a thread, taken
 by whichever thread is free. Every block is computed once, so any thread count gives the 1-thread result bit for
 bit: checked with the pool oversubscribed (more threads than cores: workers start late or are preempted and the
 caller takes their runs), on row-block counts that do not divide among the threads and fewer blocks than threads,
@@ -24,7 +24,7 @@ def threads():
     lowbit.set_threads(before)
 
 
-@pytest.mark.parametrize("fmt", ["ternary", "int4", "int8"])
+@pytest.mark.parametrize("fmt", ["ternary", "int4", "int8", "tq1", "bf16", "f32"])
 @pytest.mark.parametrize("rows", [1, 3])
 @pytest.mark.parametrize("M", [64 * 7 + 5, 64 * 2, 40])  # 8 row blocks, 2, and 1 (fewer than the threads)
 def test_gemv_bits_do_not_depend_on_threads(isa, threads, rng, fmt, rows, M):

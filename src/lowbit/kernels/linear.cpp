@@ -108,15 +108,19 @@ void multi_int_task(void* p, int64_t t) {
   int_task((void*)&m.parts[i], t - m.first_task[i]);
 }
 
+// A decode step's few rows: one equal run a thread (one stream each, as make_int_job); more: short runs.
 int64_t FloatJob::tasks() const {
   const int64_t nblocks = (w.M + kFloatRows - 1) / kFloatRows;
+  if (N < kComputeBoundRows) return std::min<int64_t>(pool_threads(), nblocks);
   return (nblocks + kFloatBlocksPerTask - 1) / kFloatBlocksPerTask;
 }
 
 void float_task(void* p, int64_t t) {
   const FloatJob& j = *static_cast<const FloatJob*>(p);
   const int64_t nb_total = (j.w.M + kFloatRows - 1) / kFloatRows;
-  const int64_t b0 = t * kFloatBlocksPerTask, b1 = std::min(nb_total, b0 + kFloatBlocksPerTask);
+  const int64_t runs = j.N < kComputeBoundRows ? j.tasks() : 0;
+  const int64_t b0 = runs ? nb_total * t / runs : t * kFloatBlocksPerTask;
+  const int64_t b1 = runs ? nb_total * (t + 1) / runs : std::min(nb_total, b0 + kFloatBlocksPerTask);
   (j.bf16 ? j.k->gemm_bf16 : j.k->gemm_f32)(j.w, j.x, j.N, j.y, j.w.M, b0, b1);
 }
 

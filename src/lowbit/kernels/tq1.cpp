@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "dispatch.h"
+#include "linear.h"
 #include "thread_pool.h"
 #include "tq1.h"
 
@@ -56,8 +57,9 @@ void tq1_run(const TQ1Weights& w, const ActQ& a, float* y, Tq1Kernel k) {
   Tq1Job j{w, a, y, 0, 0, 0, k};
   j.tok_chunk = a.N > kTokChunk ? kTokChunk : std::max<int64_t>(a.N, 1);
   j.n_tok_chunks = (a.N + j.tok_chunk - 1) / j.tok_chunk;
-  // About four tasks per thread, each a run of consecutive blocks (one prefetchable stream), as linear.cpp.
-  const int64_t want = 4 * (int64_t)pool_threads();
+  // Each task a run of consecutive blocks (one prefetchable stream): a decode step's few rows one equal run a
+  // thread (each thread one stream, as linear.cpp's, where the reasons are), more rows about four a thread.
+  const int64_t want = (a.N < kComputeBoundRows ? 1 : 4) * (int64_t)pool_threads();
   j.blocks_per_task = j.n_tok_chunks > 1 ? 1 : std::max<int64_t>(1, (w.Mb + want - 1) / want);
   pool_run(j.tasks(), tq1_task, &j);
 }
