@@ -1,9 +1,9 @@
-"""The one-token GEMV's schedule across threads (kernels/linear.cpp, tq1.cpp): one equal run of row blocks a thread, taken
-by whichever thread is free. Every block is computed once, so any thread count gives the 1-thread result bit for
-bit: checked with the pool oversubscribed (more threads than cores: workers start late or are preempted and the
-caller takes their runs), on row-block counts that do not divide among the threads and fewer blocks than threads,
-for one row and a few, through gemm_int and through the decoder's fused gate/up and its two-plane int6
-projections."""
+"""The one-token GEMV's schedule across threads (kernels/linear.cpp, tq1.cpp): one equal run of row blocks a
+thread, taken by whichever thread is free. Every block is computed once, so any thread count gives the 1-thread
+result bit for bit: checked with the pool oversubscribed (more threads than cores: workers start late or are
+preempted and the caller takes their runs), on row-block counts that do not divide among the threads and fewer
+blocks than threads, for one row and a few, through the formats' matmul and through the decoder's fused gate/up and
+its two-plane int6 projections."""
 import numpy as np
 import pytest
 
