@@ -78,6 +78,13 @@ void int_task(void* p, int64_t t) {
   a.sum += n0 * a.G;
   a.N = n1 - n0;
   if (!j.has_hi()) {
+    if (!j.pf_run.empty()) {  // the run's end is its stream's end: the kernel's prefetch goes on into pf_run
+      IntWeights w = j.w;
+      w.Mb = b1;
+      w.pf_next = j.pf_run[run];
+      j.k->gemm_int(w, a, j.y + n0 * j.ldy, j.ldy, b0, b1);
+      return;
+    }
     j.k->gemm_int(j.w, a, j.y + n0 * j.ldy, j.ldy, b0, b1);
     return;
   }
@@ -93,6 +100,19 @@ void int_task(void* p, int64_t t) {
     for (int64_t n = 0; n < a.N; ++n)
       for (int64_t r = r0; r < r1; ++r) y[n * j.ldy + r] += yh[n * j.ldy + r];
   }
+}
+
+const uint8_t* int_run_start(const IntJob& j, int64_t r) {
+  const int64_t runs = (int64_t)j.bounds.size() - 1;
+  return j.w.codes + j.bounds[std::min(r, runs - 1)] * j.w.nch() * 256;
+}
+
+void chain_runs(IntJob& j, const IntJob* then, const NextPrefetch* next) {
+  const int64_t runs = (int64_t)j.bounds.size() - 1;
+  if (j.has_hi() || j.n_tok_chunks != 1 || runs < 1 || (!then && (!next || next->n <= 0))) return;
+  j.pf_run.resize(runs);
+  for (int64_t r = 0; r < runs; ++r)
+    j.pf_run[r] = then ? int_run_start(*then, r) : reinterpret_cast<const uint8_t*>(next->starts[r % next->n]);
 }
 
 void MultiIntJob::add(const IntJob& j) {
@@ -182,6 +202,8 @@ bool run_gated(const LinearRef& gate, const LinearRef& up, float* g, float* u, c
   const KernelTable* k = &active_kernels();
   const ActQ a = quantize_input(x, 1, gate.K, gw.Kp, gw.group, gw.G, s, k);
   GatedJob j{make_int_job(gw, a, g, k), make_int_job(uw, a, u, k), g, u, act, &k->ops};
+  chain_runs(j.gate, &j.up, nullptr);  // a task streams gate's run, then up's, then the next matrix's
+  chain_runs(j.up, nullptr, next);
   pool_run(j.gate.tasks(), gated_task, &j, next);
   return true;
 }
@@ -227,14 +249,11 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
       // caller's next matrix), so the stream does not stop at every matrix's end. bitnet-0.7b's layer sequence, 1
       // thread (scripts/decode_calls_probe.cpp, LOWBIT_NO_PFNEXT alternating in a temporary build, 8 pairs): median
       // 26.2 -> 27.6 GB/s; decode tok/s in-process 1.008x (1 thread), 1.013x (2 threads).
-      if (N == 1) {
-        for (size_t p = 0; p < m.parts.size(); ++p) {
-          IntJob& J = m.parts[p];
-          if (J.has_hi()) continue;
-          J.w.pf_next = p + 1 < m.parts.size() ? m.parts[p + 1].w.codes
-                        : next && next->n > 0 ? reinterpret_cast<const uint8_t*>(next->starts[0]) : nullptr;
-        }
-      }
+      // With one run a thread, run r's stream goes on into run r of the next part or matrix (what its thread
+      // streams next), not into the next run of this matrix.
+      if (N == 1)
+        for (size_t p = 0; p < m.parts.size(); ++p)
+          chain_runs(m.parts[p], p + 1 < m.parts.size() ? &m.parts[p + 1] : nullptr, next);
       pool_run(m.tasks(), multi_int_task, &m, next);
     } else if (L.kind == 4) {  // float activations, zero-padded to Kp when K is not a multiple of v
       const float* xp = x;
