@@ -104,7 +104,7 @@ void int_task(void* p, int64_t t) {
 
 const uint8_t* int_run_start(const IntJob& j, int64_t r) {
   const int64_t runs = (int64_t)j.bounds.size() - 1;
-  return j.w.codes + j.bounds[std::min(r, runs - 1)] * j.w.nch() * 256;
+  return runs < 1 ? j.w.codes : j.w.codes + j.bounds[std::min(r, runs - 1)] * j.w.nch() * 256;
 }
 
 void chain_runs(IntJob& j, const IntJob* then, const NextPrefetch* next) {
@@ -245,12 +245,11 @@ void run_linears(const LinearRef* const* lins, float* const* ys, int n, const fl
         m.add(ij);
         done[j] = true;
       }
-      // One token: each GEMV's prefetch runs on into the codes streamed next (the next part of this run, else the
-      // caller's next matrix), so the stream does not stop at every matrix's end. bitnet-0.7b's layer sequence, 1
-      // thread (scripts/decode_calls_probe.cpp, LOWBIT_NO_PFNEXT alternating in a temporary build, 8 pairs): median
-      // 26.2 -> 27.6 GB/s; decode tok/s in-process 1.008x (1 thread), 1.013x (2 threads).
-      // With one run a thread, run r's stream goes on into run r of the next part or matrix (what its thread
-      // streams next), not into the next run of this matrix.
+      // One token: each run's prefetch runs on into the codes its thread streams next (run r of the next part of
+      // this pool run, else of the caller's next matrix), so the stream does not stop at every matrix's end.
+      // bitnet-0.7b's layer sequence (scripts/decode_calls_probe.cpp, alternating builds): 1 thread, 8 pairs,
+      // 26.2 -> 27.6 GB/s (stop 36: on into the next matrix's start); 2 threads, 3 pairs, 47.4-47.5 -> 47.9-48.4 GB/s
+      // (stop 42: into the same run, not the next thread's).
       if (N == 1)
         for (size_t p = 0; p < m.parts.size(); ++p)
           chain_runs(m.parts[p], p + 1 < m.parts.size() ? &m.parts[p + 1] : nullptr, next);
