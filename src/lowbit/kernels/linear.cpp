@@ -55,7 +55,7 @@ IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTa
     // its decode 67-83 -> 76-91 % of the roofline (docs/decode.md, stop 42). A late worker's run is still taken
     // by whoever is free (the pool hands out tasks, not threads); stealing blocks from the back of a run in
     // progress was tried: claiming a run in pieces cost more (gate/up interleaved a piece at a time) than the
-    // stealing gained.
+    // stealing gained. (On cores of unequal speed, P- and E-cores, equal runs wait for the slowest: unmeasured.)
     const int64_t T = std::min<int64_t>(pool_threads(), w.Mb);
     for (int64_t t = 1; t <= T; ++t) j.bounds.push_back(w.Mb * t / T);
   }
