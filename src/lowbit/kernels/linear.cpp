@@ -78,14 +78,12 @@ void int_task(void* p, int64_t t) {
   a.sum += n0 * a.G;
   a.N = n1 - n0;
   if (!j.has_hi()) {
+    IntWeights w = j.w;
     if (!j.pf_run.empty()) {  // the run's end is its stream's end: the kernel's prefetch goes on into pf_run
-      IntWeights w = j.w;
       w.Mb = b1;
       w.pf_next = j.pf_run[run];
-      j.k->gemm_int(w, a, j.y + n0 * j.ldy, j.ldy, b0, b1);
-      return;
     }
-    j.k->gemm_int(j.w, a, j.y + n0 * j.ldy, j.ldy, b0, b1);
+    j.k->gemm_int(w, a, j.y + n0 * j.ldy, j.ldy, b0, b1);
     return;
   }
   // int6: a few blocks of the low plane, the same blocks of the high one (their scales still in cache), the sum
@@ -102,11 +100,15 @@ void int_task(void* p, int64_t t) {
   }
 }
 
+namespace {
+
+// Run r's first code byte (r past the last run: the last run's).
 const uint8_t* int_run_start(const IntJob& j, int64_t r) {
   const int64_t runs = (int64_t)j.bounds.size() - 1;
   return runs < 1 ? j.w.codes : j.w.codes + j.bounds[std::min(r, runs - 1)] * j.w.nch() * 256;
 }
 
+// pf_run of j: run r's prefetch on into run r of `then` (null: of the next matrix's runs, `next`; neither: none).
 void chain_runs(IntJob& j, const IntJob* then, const NextPrefetch* next) {
   const int64_t runs = (int64_t)j.bounds.size() - 1;
   if (j.has_hi() || j.n_tok_chunks != 1 || runs < 1 || (!then && (!next || next->n <= 0))) return;
@@ -114,6 +116,8 @@ void chain_runs(IntJob& j, const IntJob* then, const NextPrefetch* next) {
   for (int64_t r = 0; r < runs; ++r)
     j.pf_run[r] = then ? int_run_start(*then, r) : reinterpret_cast<const uint8_t*>(next->starts[r % next->n]);
 }
+
+}  // namespace
 
 void MultiIntJob::add(const IntJob& j) {
   first_task.push_back(tasks());

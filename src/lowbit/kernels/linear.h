@@ -25,7 +25,7 @@ struct IntJob {
   // prefetchable stream. One token (or a few): one equal run a thread (linear.cpp).
   std::vector<int64_t> bounds;
   // One token: where run r's software prefetch runs on past the run's end (the start of what its thread
-  // streams next: the same run of the next part or matrix); empty: past the matrix's end into w.pf_next.
+  // streams next: the same run of the next part or matrix); empty: as w says (w.pf_next).
   std::vector<const uint8_t*> pf_run;
   const KernelTable* k;
   // int6 (LinearRef::has_hi): the high plane w_hi (the same scales as w, no offsets) on the same rows, its
@@ -38,10 +38,6 @@ struct IntJob {
 };
 IntJob make_int_job(const IntWeights& w, const ActQ& a, float* y, const KernelTable* k);
 void int_task(void* p, int64_t t);
-// Run r's first code byte (r past the last run: the last run's).
-const uint8_t* int_run_start(const IntJob& j, int64_t r);
-// pf_run of j: run r's prefetch on into run r of `then` (null: of the next matrix's runs, `next`; neither: none).
-void chain_runs(IntJob& j, const IntJob* then, const NextPrefetch* next);
 
 // Several integer jobs on the same activations in one pool run (one fork/join).
 struct MultiIntJob {
