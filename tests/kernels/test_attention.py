@@ -75,7 +75,8 @@ def check(q, kc, vc, pos, slot, **kw):
 @pytest.mark.parametrize("kv", KV)
 def test_decode_rows_every_head_dim(isa, rng, hd, kv):
     # decode: lone rows of several slots at lengths 1, 7, 8, 9, 129 (tile edges); on AVX-512 hd 48 and 256 take the
-    # two passes' run-time head dim (scores) and value passes of 2 + 1 and 8 + 8 vectors
+    # two passes' run-time head dim (scores) and value passes of 2 + 1 and 8 + 8 vectors, on AVX2 hd 80 and 256 (of 8
+    # lanes: 10 and 32 vectors); hd 20 and 3 the tile loop
     kc, vc = make_cache(rng, 3, 2, 160, hd, kv)
     pos, slot = [0, 6, 7, 8, 128], [0, 2, 1, 0, 2]
     q = rng.standard_normal((5, 4, hd)).astype(np.float32) * 0.3
@@ -122,7 +123,7 @@ def test_split_context_merges(isa, rng, kv, group):
 
 
 @pytest.mark.parametrize("kv", ["f16", "int8"])
-@pytest.mark.parametrize("group", [1, 3])  # one query a kv head or three (two passes on AVX-512, tiles below it)
+@pytest.mark.parametrize("group", [1, 3])  # one query a kv head or three (two passes on AVX-512 and AVX2, tiles on the scalar twin)
 def test_nan_in_cache_reaches_only_rows_that_see_it(isa, rng, kv, group):
     kc, vc = make_cache(rng, 1, 1, 64, 64, kv)
     poison(kc, (0, 0, 10), 3, np.nan)
